@@ -1,0 +1,59 @@
+"""The `haloflow` command line.
+
+Each subcommand lives in its own module here with a ``register(subparsers)`` function that adds its parser and
+sets ``func`` to a callable taking the parsed namespace. The CLI only parses arguments into config dataclasses
+and calls the Python API; a user's mistake (``HaloflowError``, a missing file) becomes one line on stderr and
+exit status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+
+from haloflow.errors import HaloflowError
+
+__all__ = ["main", "build_parser"]
+
+# Subcommand modules, in the order `--help` lists them. A module that is not there yet is skipped.
+_COMMANDS = ["partition", "inspect", "plan_tables", "preprocess", "train", "bench", "demo"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="haloflow",
+        description="Partition graphs and embedding tables, and train GCN / DLRM models exactly across processes.",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in _COMMANDS:
+        try:
+            module = importlib.import_module(f"haloflow.cli.{name}")
+        except ModuleNotFoundError as err:
+            if err.name == f"haloflow.cli.{name}":
+                continue
+            raise
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+    )
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        result = args.func(args)
+    except (HaloflowError, FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError) as err:
+        print(f"haloflow {args.command}: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("haloflow: interrupted", file=sys.stderr)
+        return 130
+    return int(result or 0)

@@ -1,0 +1,1 @@
+"""haloflow.engine"""

@@ -1,0 +1,92 @@
+"""Process-group setup from torchrun's environment.
+
+``torchrun --nproc-per-node K ...`` sets RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT on every
+process. ``init_from_env`` reads them, picks gloo on CPU and NCCL on CUDA, and passes a ``timeout`` so that a
+collective waiting on a dead peer raises instead of hanging forever.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import logging
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from haloflow.errors import ConfigError
+
+__all__ = ["DistContext", "init_from_env", "shutdown"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class DistContext:
+    """Who this process is. ``group`` is None when running single-process (world size 1, no init)."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    device: torch.device
+    backend: str | None
+    group: object | None = None
+
+    @property
+    def distributed(self) -> bool:
+        return self.group is not None
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def _env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ConfigError(f"environment variable {name}={raw!r} is not an integer") from None
+
+
+def init_from_env(*, timeout_s: float = 120.0, device: str = "auto", force_distributed: bool = False) -> DistContext:
+    """Join the process group described by torchrun's variables.
+
+    Args:
+        timeout_s: how long any collective may wait for a peer before raising (a dead rank gives an error on
+            the others within about this time, not a hang).
+        device: "auto" (CUDA if available, else CPU), "cpu" or "cuda".
+        force_distributed: initialise a group even for WORLD_SIZE=1 (used by tests of the engine itself).
+
+    Returns a ``DistContext``; without torchrun's variables (or WORLD_SIZE=1) it is single-process, no group.
+    """
+    world = _env_int("WORLD_SIZE", 1)
+    rank = _env_int("RANK", 0)
+    local = _env_int("LOCAL_RANK", 0)
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device not in ("cpu", "cuda"):
+        raise ConfigError(f"device must be 'auto', 'cpu' or 'cuda', got {device!r}")
+    if device == "cuda":
+        torch.cuda.set_device(local)
+        dev = torch.device("cuda", local)
+    else:
+        dev = torch.device("cpu")
+    if world == 1 and not force_distributed:
+        return DistContext(rank=0, world_size=1, local_rank=0, device=dev, backend=None, group=None)
+    backend = "nccl" if dev.type == "cuda" else "gloo"
+    if not dist.is_initialized():
+        dist.init_process_group(backend=backend, timeout=_dt.timedelta(seconds=timeout_s))
+        log.info("rank %d/%d joined the %s group", rank, world, backend)
+    return DistContext(
+        rank=dist.get_rank(), world_size=dist.get_world_size(), local_rank=local, device=dev,
+        backend=backend, group=dist.group.WORLD,
+    )
+
+
+def shutdown() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()

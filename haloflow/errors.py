@@ -1,0 +1,47 @@
+"""Exceptions for a user's mistakes.
+
+Each one says where (file, line, argument), what was found and what was expected. The CLI prints ``str(err)``
+as one line on stderr and exits non-zero; library callers can catch the specific class or ``HaloflowError``.
+The input errors also subclass ``ValueError`` so that ordinary ``except ValueError`` code keeps working.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "HaloflowError",
+    "InputFormatError",
+    "ConfigError",
+    "PartitionFormatError",
+    "PlanError",
+    "DistributedError",
+]
+
+
+class HaloflowError(Exception):
+    """Base class of every error haloflow raises for bad input or configuration."""
+
+
+class InputFormatError(HaloflowError, ValueError):
+    """A data file is malformed. Carries the path and, where known, the 1-based line number."""
+
+    def __init__(self, path, message: str, line: int | None = None):
+        self.path = str(path)
+        self.line = line
+        where = f"{self.path}:{line}" if line is not None else self.path
+        super().__init__(f"{where}: {message}")
+
+
+class ConfigError(HaloflowError, ValueError):
+    """An argument or config field is out of range; the message names it and the allowed values."""
+
+
+class PartitionFormatError(HaloflowError, ValueError):
+    """A partition folder is missing, truncated, corrupt or of another format version."""
+
+
+class PlanError(HaloflowError, ValueError):
+    """A sharding plan cannot be made or followed (for example the memory budget is too small)."""
+
+
+class DistributedError(HaloflowError, RuntimeError):
+    """A peer process died, timed out or disagrees about the layout."""

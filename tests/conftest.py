@@ -1,0 +1,49 @@
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from haloflow.data.paths import data_root
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """The real data folder (../shared/data or $HALOFLOW_DATA); tests that need it skip when it is missing."""
+    root = data_root()
+    if not root.is_dir():
+        pytest.skip(f"real data folder {root} not found (set HALOFLOW_DATA)")
+    return root
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(0)
+
+
+def run_torchrun(script: Path | str, nproc: int, args: list[str] = (), timeout: float = 300, env: dict | None = None):
+    """Run ``script`` under ``torchrun --nproc-per-node nproc`` as real processes; returns CompletedProcess.
+
+    Each rank gets OMP_NUM_THREADS=1 so K ranks share the 2 cores of a CI machine without oversubscription.
+    """
+    full_env = dict(os.environ)
+    full_env.update({"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"})
+    if env:
+        full_env.update(env)
+    cmd = [
+        sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
+        "--master-port", str(_free_port()), str(script), *map(str, args),
+    ]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=full_env, cwd=REPO)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
