@@ -1,0 +1,229 @@
+"""DLRM (Naumov et al., 2019, https://arxiv.org/abs/1906.00091) for one device.
+
+::
+
+    dense (B, 13) --bottom MLP--> z (B, D) ------------------------------+
+                                                                         |
+    sparse JaggedBatch (T features) --EmbeddingTables--> pooled (B, T, D)|
+                                                                         v
+                         interaction: [z, e_0 .. e_{T-1}] (B, T+1, D) -> dots of every pair i > j
+                                      (B, T(T+1)/2), concatenated after z -> (B, D + T(T+1)/2)
+                                                                         |
+                                                  top MLP ---> logits (B,)  (sigmoid inside the loss)
+
+Criteo Kaggle configuration (FACTS.md): D = 16, bottom 13-512-256-64-16, top 367-512-256-1, ReLU after every
+layer except the last top one. ``367 = 16 + 27*26/2``.
+
+The embedding lookup is split into start and wait (``handle = self.embed_start(sparse); z = bottom(dense);
+pooled = handle.wait()``), so that a sharded collection put in place of ``self.embeddings`` can run its
+all-to-all while the bottom MLP computes. The local tables return an already-completed handle. No distributed
+code lives here: anything that replaces ``embeddings`` only needs ``start(sparse) -> handle`` with ``wait()``.
+
+Shapes:
+    dense (B, num_dense) float32; sparse JaggedBatch with lengths (T, B); output logits (B,)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from haloflow.data.jagged import JaggedBatch
+from haloflow.errors import ConfigError
+
+__all__ = [
+    "KAGGLE_TABLE_SIZES",
+    "DLRMConfig",
+    "PooledHandle",
+    "CompletedHandle",
+    "EmbeddingTables",
+    "DLRM",
+    "interaction",
+    "dlrm_loss",
+]
+
+# Rows of the 26 categorical tables of Criteo Kaggle (facebookresearch/dlrm, FACTS.md); 33,762,577 in all.
+KAGGLE_TABLE_SIZES: tuple[int, ...] = (
+    1460, 583, 10131227, 2202608, 305, 24, 12517, 633, 3, 93145, 5683, 8351593, 3194,
+    27, 14992, 5461306, 10, 5652, 2173, 4, 7046547, 18, 15, 286181, 105, 142572,
+)  # fmt: skip
+
+
+@dataclass(frozen=True, kw_only=True)
+class DLRMConfig:
+    """Sizes of a DLRM. The defaults are the Criteo Kaggle configuration except ``table_sizes``.
+
+    Args:
+        table_sizes: rows per embedding table, one table per sparse feature (26 for Criteo).
+        num_dense: dense features per sample (13 for Criteo).
+        embedding_dim: D, the width of every table and of the bottom MLP's output.
+        bottom_mlp: hidden widths of the bottom MLP; a last layer to ``embedding_dim`` is added.
+        top_mlp: hidden widths of the top MLP; a last layer to 1 logit is added.
+        seed: seeds the initial weights, so that two processes building the same config hold the same model.
+    """
+
+    table_sizes: tuple[int, ...]
+    num_dense: int = 13
+    embedding_dim: int = 16
+    bottom_mlp: tuple[int, ...] = (512, 256, 64)  # 13-512-256-64-16
+    top_mlp: tuple[int, ...] = (512, 256)  # 367-512-256-1
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "table_sizes", tuple(int(s) for s in self.table_sizes))
+        object.__setattr__(self, "bottom_mlp", tuple(int(s) for s in self.bottom_mlp))
+        object.__setattr__(self, "top_mlp", tuple(int(s) for s in self.top_mlp))
+        if not self.table_sizes or min(self.table_sizes) < 1:
+            raise ConfigError(f"DLRMConfig.table_sizes must be a non-empty tuple of positive ints, got {self.table_sizes}")
+        for name in ("num_dense", "embedding_dim"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"DLRMConfig.{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("bottom_mlp", "top_mlp"):
+            if any(w < 1 for w in getattr(self, name)):
+                raise ConfigError(f"DLRMConfig.{name} widths must be >= 1, got {getattr(self, name)}")
+
+    @classmethod
+    def kaggle(cls, **overrides) -> DLRMConfig:
+        """The Criteo Kaggle model (33.8 M embedding rows, 2.2 GB of float32)."""
+        return cls(table_sizes=KAGGLE_TABLE_SIZES, **overrides)
+
+    @property
+    def num_tables(self) -> int:
+        return len(self.table_sizes)
+
+    @property
+    def interaction_dim(self) -> int:
+        """Width of the interaction output: D plus one dot per pair of the T+1 vectors (367 for Kaggle)."""
+        n = self.num_tables + 1
+        return self.embedding_dim + n * (n - 1) // 2
+
+
+class PooledHandle(Protocol):
+    """What ``start`` of an embedding collection returns; ``wait()`` gives pooled (B, T, D)."""
+
+    def wait(self) -> Tensor: ...
+
+
+class CompletedHandle:
+    """A handle whose result is already there (the single-device lookup)."""
+
+    def __init__(self, value: Tensor):
+        self._value = value
+
+    def wait(self) -> Tensor:
+        return self._value
+
+
+class EmbeddingTables(nn.Module):
+    """One sum-pooled ``nn.EmbeddingBag`` per sparse feature, with sparse gradients.
+
+    Shapes:
+        sparse JaggedBatch lengths (T, B) -> pooled (B, T, D); an empty bag pools to zeros.
+    """
+
+    def __init__(self, table_sizes: tuple[int, ...], dim: int, generator: torch.Generator | None = None):
+        super().__init__()
+        self.dim = dim
+        # ``_weight`` skips the default N(0, 1) fill that would be overwritten at once (10 M rows for Kaggle).
+        self.tables = nn.ModuleList(
+            nn.EmbeddingBag(n, dim, mode="sum", sparse=True, _weight=torch.empty(n, dim)) for n in table_sizes
+        )
+        with torch.no_grad():
+            for bag in self.tables:
+                # Reference DLRM init: U(-1/sqrt(n), 1/sqrt(n)) for a table of n rows.
+                bound = 1.0 / math.sqrt(bag.num_embeddings)
+                bag.weight.uniform_(-bound, bound, generator=generator)
+
+    def forward(self, sparse: JaggedBatch) -> Tensor:
+        T, B = sparse.lengths.shape
+        if T != len(self.tables):
+            raise ConfigError(f"sparse batch has {T} features but the model has {len(self.tables)} tables")
+        bag_offsets = sparse.bag_offsets()  # (T, B+1), each row starts at 0
+        # One read of T+1 numbers to slice the values per table (a device sync on an accelerator).
+        bounds = sparse.feature_offsets().tolist()
+        pooled = [
+            F.embedding_bag(
+                sparse.values[bounds[t] : bounds[t + 1]],  # (nnz_t,)
+                bag.weight,
+                bag_offsets[t],  # (B+1,)
+                mode="sum",
+                sparse=True,
+                include_last_offset=True,
+            )
+            for t, bag in enumerate(self.tables)
+        ]  # T x (B, D)
+        return torch.stack(pooled, dim=1)  # (B, T, D)
+
+    def start(self, sparse: JaggedBatch) -> PooledHandle:
+        return CompletedHandle(self(sparse))
+
+
+def _mlp(widths: list[int], generator: torch.Generator | None, last_relu: bool) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    for i, (m, n) in enumerate(zip(widths[:-1], widths[1:])):
+        lin = torch.nn.utils.skip_init(nn.Linear, m, n)  # filled below; leaves the global RNG alone
+        with torch.no_grad():
+            # Reference DLRM init: W ~ N(0, sqrt(2/(m+n))), b ~ N(0, sqrt(1/n)).
+            lin.weight.normal_(0.0, math.sqrt(2.0 / (m + n)), generator=generator)
+            lin.bias.normal_(0.0, math.sqrt(1.0 / n), generator=generator)
+        layers.append(lin)
+        if last_relu or i < len(widths) - 2:
+            layers.append(nn.ReLU())
+    return nn.Sequential(*layers)
+
+
+def interaction(z: Tensor, pooled: Tensor) -> Tensor:
+    """Dot-product interaction without self pairs, in the reference order (row i > column j, row-major).
+
+    Shapes:
+        z (B, D), pooled (B, T, D) -> (B, D + (T+1)T/2): ``[z, <v_i, v_j> for i in 1..T for j in 0..i-1]``
+        where v_0 = z and v_i = pooled[:, i-1].
+    """
+    B, T, D = pooled.shape
+    v = torch.cat([z.unsqueeze(1), pooled], dim=1)  # (B, T+1, D)
+    dots = torch.bmm(v, v.transpose(1, 2))  # (B, T+1, T+1)
+    li, lj = torch.tril_indices(T + 1, T + 1, offset=-1, device=z.device)
+    return torch.cat([z, dots[:, li, lj]], dim=1)  # (B, D + (T+1)T/2)
+
+
+def dlrm_loss(logits: Tensor, labels: Tensor, *, global_batch_size: int | None = None) -> Tensor:
+    """Binary cross-entropy with logits, mean over the batch.
+
+    With ``global_batch_size`` the sum is divided by it instead of by the local batch: K ranks each holding a
+    slice of one global batch then add up to exactly the single-process mean.
+    """
+    if global_batch_size is None:
+        return F.binary_cross_entropy_with_logits(logits, labels)
+    return F.binary_cross_entropy_with_logits(logits, labels, reduction="sum") / global_batch_size
+
+
+class DLRM(nn.Module):
+    """The DLRM of the module docstring. ``forward(dense, sparse) -> logits (B,)``."""
+
+    def __init__(self, config: DLRMConfig):
+        super().__init__()
+        self.config = config
+        gen = torch.Generator().manual_seed(config.seed)
+        D = config.embedding_dim
+        self.bottom = _mlp([config.num_dense, *config.bottom_mlp, D], gen, last_relu=True)
+        self.embeddings = EmbeddingTables(config.table_sizes, D, gen)
+        self.top = _mlp([config.interaction_dim, *config.top_mlp, 1], gen, last_relu=False)
+
+    def embed_start(self, sparse: JaggedBatch) -> PooledHandle:
+        """Start the lookup; whatever sits in ``self.embeddings`` decides whether it runs in the background."""
+        return self.embeddings.start(sparse)
+
+    def forward(self, dense: Tensor, sparse: JaggedBatch) -> Tensor:
+        handle = self.embed_start(sparse)
+        z = self.bottom(dense)  # (B, D), overlaps a sharded lookup's all-to-all
+        pooled = handle.wait()  # (B, T, D)
+        return self.top(interaction(z, pooled)).squeeze(1)  # (B,)
+
+    def dense_parameters(self) -> list[nn.Parameter]:
+        """The MLP weights (dense gradients); the tables' weights get sparse gradients."""
+        return [*self.bottom.parameters(), *self.top.parameters()]
