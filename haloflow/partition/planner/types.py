@@ -1,0 +1,495 @@
+"""Value types and stage interfaces of the embedding-table sharding planner.
+
+A plan says, for every embedding table, how it is cut into shards and which rank holds each shard::
+
+    table t: num_rows x dim                      sharding types (K = world size)
+
+         col 0 ........ dim-1
+    row 0 +----------------+                     DATA_PARALLEL  one full shard on every rank 0..K-1;
+          |                |                                    gradients all-reduced
+          |   TABLE_WISE   |  -> rank r          TABLE_WISE     one full shard on one rank
+          |                |
+          +----------------+                     ROW_WISE       row ranges on distinct ranks, all columns:
+          | rows a..b-1    |  -> rank p                         contiguous, ascending, covering every row;
+          +----------------+                                    ids are bucketised by row range, each shard
+          | rows b..R-1    |  -> rank q                         returns partial sums (reduce-scatter)
+          +----------------+
+                                                 COLUMN_WISE    column ranges on distinct ranks, all rows:
+          +--------+-------+                                    contiguous, ascending, covering every column;
+          | cols   | cols  |                                    every shard sees every id
+          | 0..c-1 | c..D-1|
+          +--------+-------+
+            rank p   rank q
+
+    Shard(rank, row_offset, num_rows, col_offset, num_cols)   one rectangle of the table
+    TablePlan(table, table_index, sharding, shards)           one table
+    ShardingPlan(world_size, tables, per_rank)                tables in table_index order, 0..T-1
+
+A ``CACHED`` kind (the table in host memory, hot rows on the device) fits in later as another ``ShardingType``
+whose shards count against ``Storage.host``.
+
+The search runs as a pipeline of small stages, each an abstract class here with one default strategy per file::
+
+    reserve (StorageReservation) -> enumerate (ShardingOptionEnumerator) -> propose (Proposer)
+        -> partition (Partitioner) -> rate (slowest rank's cost), feedback to the proposer, repeat
+"""
+
+from __future__ import annotations
+
+import abc
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+
+import numpy as np
+
+from haloflow.errors import ConfigError, PlanError
+
+__all__ = [
+    "ShardingType",
+    "TableSpec",
+    "Shard",
+    "TablePlan",
+    "Storage",
+    "Traffic",
+    "RankCost",
+    "ShardingPlan",
+    "Topology",
+    "ShardingOption",
+    "OptionSet",
+    "Placement",
+    "StorageReservation",
+    "Enumerator",
+    "Proposer",
+    "Partitioner",
+    "PLAN_FORMAT",
+    "PLAN_VERSION",
+]
+
+PLAN_FORMAT = "haloflow.sharding_plan"
+PLAN_VERSION = 1
+
+
+class ShardingType(str, Enum):
+    DATA_PARALLEL = "data_parallel"
+    TABLE_WISE = "table_wise"
+    ROW_WISE = "row_wise"
+    COLUMN_WISE = "column_wise"
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class TableSpec:
+    """One embedding table as the planner sees it.
+
+    Args:
+        name: unique table name (``"t0"``, ``"C7"``).
+        num_rows: rows (the feature's cardinality), >= 1.
+        dim: embedding dimension, >= 1.
+        pooling_factor: mean ids per sample for this feature (1.0 for one-hot Criteo), > 0.
+        id_frequencies: optional lookup histogram, float (H,), 1 <= H <= num_rows, non-negative, not all zero:
+            bin h counts lookups of rows ``floor(h*R/H) .. floor((h+1)*R/H)-1``; H == num_rows is per-row counts.
+            Row-wise shards then carry the lookup share of their rows instead of a uniform share.
+
+    ``eq=False``: a table holds an array, so equality is identity (compare ``name`` when that is meant).
+    """
+
+    name: str
+    num_rows: int
+    dim: int
+    pooling_factor: float = 1.0
+    id_frequencies: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise ConfigError(f"table name must be a non-empty string, got {self.name!r}")
+        for key in ("num_rows", "dim"):
+            v = getattr(self, key)
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+                raise ConfigError(f"table {self.name}: {key} must be an integer >= 1, got {v!r}")
+        pf = self.pooling_factor
+        if isinstance(pf, bool) or not isinstance(pf, (int, float, np.floating, np.integer)) or not pf > 0 \
+                or not math.isfinite(pf):
+            raise ConfigError(f"table {self.name}: pooling_factor must be a finite number > 0, got {pf!r}")
+        if self.id_frequencies is not None:
+            h = np.asarray(self.id_frequencies, dtype=np.float64)
+            if h.ndim != 1 or not 1 <= h.size <= self.num_rows:
+                raise ConfigError(
+                    f"table {self.name}: id_frequencies must be 1-D with 1..num_rows={self.num_rows} bins, "
+                    f"got shape {h.shape}"
+                )
+            if not np.all(np.isfinite(h)) or np.any(h < 0) or h.sum() <= 0:
+                raise ConfigError(f"table {self.name}: id_frequencies must be finite, >= 0 and not all zero")
+            object.__setattr__(self, "id_frequencies", h)
+
+    def lookup_share(self, row_bounds: np.ndarray) -> np.ndarray:
+        """Fraction of this table's lookups that fall in each row range ``[bounds[i], bounds[i+1])``.
+
+        Uniform over rows without a histogram; otherwise the histogram mass, a bin split linearly when a range
+        boundary cuts through it. Shapes: row_bounds int64 (S+1,) from 0 to num_rows -> float64 (S,).
+        """
+        b = np.asarray(row_bounds, dtype=np.float64)
+        if self.id_frequencies is None:
+            return np.diff(b) / self.num_rows
+        h = self.id_frequencies
+        edges = np.floor(np.arange(h.size + 1) * self.num_rows / h.size)  # (H+1,) bin row edges
+        cum = np.concatenate([[0.0], np.cumsum(h)]) / h.sum()  # (H+1,) lookup share below each edge
+        return np.diff(np.interp(b, edges, cum))
+
+
+@dataclass(frozen=True)
+class Shard:
+    """Rows ``row_offset .. row_offset+num_rows-1`` x columns ``col_offset .. col_offset+num_cols-1`` on ``rank``."""
+
+    rank: int
+    row_offset: int
+    num_rows: int
+    col_offset: int
+    num_cols: int
+
+    def __post_init__(self) -> None:
+        if self.rank < 0 or self.row_offset < 0 or self.col_offset < 0 or self.num_rows < 1 or self.num_cols < 1:
+            raise ConfigError(f"shard fields must be rank/offsets >= 0 and sizes >= 1, got {self}")
+
+
+@dataclass(frozen=True)
+class TablePlan:
+    """How one table is sharded (see the module docstring for what each ``sharding`` requires of ``shards``)."""
+
+    table: str
+    table_index: int
+    sharding: ShardingType
+    shards: tuple[Shard, ...]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "sharding", ShardingType(self.sharding))
+        object.__setattr__(self, "shards", tuple(self.shards))
+        if not self.shards:
+            raise ConfigError(f"table {self.table}: a table plan needs at least one shard")
+
+    @property
+    def ranks(self) -> tuple[int, ...]:
+        return tuple(s.rank for s in self.shards)
+
+
+@dataclass(frozen=True)
+class Storage:
+    """Bytes held on the device and in host memory; adds, subtracts and compares like a vector.
+
+    ``fits_in(budget)``: every component <= the budget's.
+    """
+
+    device: float = 0
+    host: float = 0
+
+    def __add__(self, other: Storage) -> Storage:
+        return Storage(self.device + other.device, self.host + other.host)
+
+    def __sub__(self, other: Storage) -> Storage:
+        return Storage(self.device - other.device, self.host - other.host)
+
+    def __mul__(self, k: float) -> Storage:
+        return Storage(self.device * k, self.host * k)
+
+    __rmul__ = __mul__
+
+    def fits_in(self, budget: Storage) -> bool:
+        return self.device <= budget.device and self.host <= budget.host
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """Bytes one rank moves per training step (forward + backward) for its embedding work.
+
+    lookup: bytes read from and written to its tables (gather forward, scatter-add of gradients backward);
+    a2a_in / a2a_out: bytes received / sent in the all-to-alls (ids, pooled vectors, their gradients);
+    allreduce: bytes each rank sends in the ring all-reduce of data-parallel tables' gradients.
+    Fields may be floats or equal-shaped arrays (the enumerator evaluates many shards at once).
+    """
+
+    lookup: float = 0.0
+    a2a_in: float = 0.0
+    a2a_out: float = 0.0
+    allreduce: float = 0.0
+
+    def __add__(self, other: Traffic) -> Traffic:
+        return Traffic(self.lookup + other.lookup, self.a2a_in + other.a2a_in, self.a2a_out + other.a2a_out,
+                       self.allreduce + other.allreduce)
+
+    def __sub__(self, other: Traffic) -> Traffic:
+        return Traffic(self.lookup - other.lookup, self.a2a_in - other.a2a_in, self.a2a_out - other.a2a_out,
+                       self.allreduce - other.allreduce)
+
+    def __mul__(self, k) -> Traffic:
+        return Traffic(self.lookup * k, self.a2a_in * k, self.a2a_out * k, self.allreduce * k)
+
+    __rmul__ = __mul__
+
+
+@dataclass(frozen=True)
+class RankCost:
+    """Estimated per-step cost of one rank: ``cost`` seconds, ``memory`` held, and the ``traffic`` behind it."""
+
+    rank: int
+    cost: float
+    memory: Storage = field(default_factory=Storage)
+    traffic: Traffic = field(default_factory=Traffic)
+
+
+@dataclass(frozen=True)
+class ShardingPlan:
+    """The planner's answer: one ``TablePlan`` per table in table order, and the estimated cost of every rank.
+
+    ``per_rank`` may be empty for a hand-made plan. JSON via ``to_json``/``from_json``; ``save`` writes a
+    temporary file and renames it, so a reader never sees half a plan.
+    """
+
+    world_size: int
+    tables: tuple[TablePlan, ...]
+    per_rank: tuple[RankCost, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "tables", tuple(self.tables))
+        object.__setattr__(self, "per_rank", tuple(self.per_rank))
+        if isinstance(self.world_size, bool) or not isinstance(self.world_size, int) or self.world_size < 1:
+            raise ConfigError(f"world_size must be an integer >= 1, got {self.world_size!r}")
+        if self.per_rank and [c.rank for c in self.per_rank] != list(range(self.world_size)):
+            raise ConfigError(f"per_rank must list ranks 0..{self.world_size - 1} in order, "
+                              f"got {[c.rank for c in self.per_rank]}")
+
+    # --- queries the sharded engine needs ---------------------------------------------------------------
+    def table_plan(self, name: str) -> TablePlan:
+        for tp in self.tables:
+            if tp.table == name:
+                return tp
+        raise PlanError(f"plan has no table {name!r}; it has {[tp.table for tp in self.tables]}")
+
+    def shards_on(self, rank: int) -> list[tuple[TablePlan, Shard]]:
+        """Every (table plan, shard) held by ``rank``, in table order."""
+        return [(tp, s) for tp in self.tables for s in tp.shards if s.rank == rank]
+
+    @property
+    def max_cost(self) -> float:
+        return max((c.cost for c in self.per_rank), default=0.0)
+
+    # --- checks ------------------------------------------------------------------------------------------
+    def validate(self, table_specs: list[TableSpec] | tuple[TableSpec, ...]) -> None:
+        """Raise ``PlanError`` naming the table and the rule it breaks unless this plan fits ``table_specs``."""
+        from haloflow.partition.planner.validate import validate_plan
+
+        validate_plan(self, table_specs)
+
+    # --- JSON --------------------------------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        return {
+            "format": PLAN_FORMAT,
+            "version": PLAN_VERSION,
+            "world_size": self.world_size,
+            "tables": [
+                {"table": tp.table, "table_index": tp.table_index, "sharding": tp.sharding.value,
+                 "shards": [s.__dict__.copy() for s in tp.shards]}
+                for tp in self.tables
+            ],
+            "per_rank": [
+                {"rank": c.rank, "cost_s": c.cost, "memory": c.memory.__dict__.copy(),
+                 "traffic": c.traffic.__dict__.copy()}
+                for c in self.per_rank
+            ],
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(_plain(self.to_dict()), indent=1)
+
+    @classmethod
+    def from_dict(cls, d: dict, source: str = "<plan>") -> ShardingPlan:
+        from haloflow.partition.planner.validate import plan_from_dict
+
+        return plan_from_dict(d, source)
+
+    @classmethod
+    def from_json(cls, text: str, source: str = "<plan>") -> ShardingPlan:
+        try:
+            d = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise PlanError(f"{source}:{err.lineno}: not valid JSON ({err.msg})") from None
+        return cls.from_dict(d, source)
+
+    def save(self, path: str | os.PathLike) -> Path:
+        path = Path(path)
+        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+        tmp.write_text(self.to_json() + "\n")
+        os.replace(tmp, path)
+        return path
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> ShardingPlan:
+        path = Path(path)
+        return cls.from_json(path.read_text(), source=str(path))
+
+
+def _plain(x):
+    """numpy scalars -> Python numbers, so ``json.dumps`` accepts them."""
+    if isinstance(x, dict):
+        return {k: _plain(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_plain(v) for v in x]
+    if isinstance(x, np.integer):
+        return int(x)
+    if isinstance(x, np.floating):
+        return float(x)
+    return x
+
+
+@dataclass(frozen=True, kw_only=True)
+class Topology:
+    """The machines: how many ranks, what memory each may give to embedding tables, and how fast they move bytes.
+
+    Args:
+        world_size: ranks K >= 1.
+        memory_per_rank: device bytes per rank for tables and optimizer state; one number for all ranks or K.
+        lookup_bandwidth: bytes/s a rank reads/writes in embedding lookups (device memory; the default is an
+            A100's HBM at a realistic ~60% of its 2 TB/s peak, since gathers are irregular).
+        a2a_bandwidth: bytes/s a rank sends plus receives in an all-to-all (default: 25 GB/s, one 200 Gb/s NIC).
+        allreduce_bandwidth: bus bandwidth of the ring all-reduce in bytes/s (default: same NIC).
+    """
+
+    world_size: int
+    memory_per_rank: tuple[float, ...]
+    lookup_bandwidth: float = 1.2e12
+    a2a_bandwidth: float = 25e9
+    allreduce_bandwidth: float = 25e9
+
+    def __post_init__(self) -> None:
+        k = self.world_size
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+            raise ConfigError(f"world_size must be an integer >= 1, got {k!r}")
+        mem = self.memory_per_rank
+        mem = (mem,) * k if isinstance(mem, (int, float, np.number)) else tuple(mem)
+        if len(mem) == 1 and k > 1:
+            mem = mem * k
+        if len(mem) != k:
+            raise ConfigError(f"memory_per_rank has {len(mem)} entries but world_size is {k}")
+        if any(not m >= 0 for m in mem):
+            raise ConfigError(f"memory_per_rank must be >= 0 bytes, got {mem}")
+        object.__setattr__(self, "memory_per_rank", tuple(float(m) for m in mem))
+        for key in ("lookup_bandwidth", "a2a_bandwidth", "allreduce_bandwidth"):
+            v = getattr(self, key)
+            if not (isinstance(v, (int, float)) and v > 0 and math.isfinite(v)):
+                raise ConfigError(f"{key} must be a finite number of bytes/s > 0, got {v!r}")
+
+    def seconds(self, t: Traffic):
+        """Time for ``t`` (float or array, like ``t``'s fields). Half-duplex links: bytes in and out add up."""
+        return (t.lookup / self.lookup_bandwidth + (t.a2a_in + t.a2a_out) / self.a2a_bandwidth
+                + t.allreduce / self.allreduce_bandwidth)
+
+    @property
+    def budgets(self) -> tuple[Storage, ...]:
+        return tuple(Storage(device=m, host=0.0) for m in self.memory_per_rank)
+
+
+@dataclass(frozen=True, eq=False)
+class ShardingOption:
+    """One way to shard one table, costed but not yet placed.
+
+    The cost of a table to rank j is ``base_cost`` (paid by every rank: data-parallel work, or sending ids to
+    and receiving pooled vectors from remote shards) plus ``shard_cost[s]`` for every shard s that j holds
+    (the extra work of serving it). Costs are seconds per step; memory is device bytes per shard.
+
+    Shapes: rows, cols, row_offsets, col_offsets, shard_cost, shard_memory: (S,).
+    Data-parallel options have S == K with shard s fixed on rank s; others are placed by the partitioner on
+    distinct ranks.
+    """
+
+    table_index: int
+    sharding: ShardingType
+    world_size: int
+    row_offsets: np.ndarray  # int64 (S,)
+    rows: np.ndarray  # int64 (S,)
+    col_offsets: np.ndarray  # int64 (S,)
+    cols: np.ndarray  # int64 (S,)
+    base_cost: float
+    shard_cost: np.ndarray  # float64 (S,)
+    shard_memory: np.ndarray  # float64 (S,)
+
+    @property
+    def num_shards(self) -> int:
+        return int(self.rows.size)
+
+    @property
+    def fixed_ranks(self) -> bool:
+        return self.sharding is ShardingType.DATA_PARALLEL
+
+    @property
+    def total_cost(self) -> float:
+        """Sum over all K ranks of what this option costs them: K * base + sum of shard costs."""
+        return float(self.world_size * self.base_cost + self.shard_cost.sum())
+
+    @property
+    def peak_cost(self) -> float:
+        """The most this option alone puts on any one rank."""
+        return float(self.base_cost + self.shard_cost.max())
+
+
+@dataclass(frozen=True, eq=False)
+class OptionSet:
+    """Every costed option of every table: ``options[t]`` lists table t's options, cheapest total cost first."""
+
+    tables: tuple[TableSpec, ...]
+    options: tuple[tuple[ShardingOption, ...], ...]
+    topology: Topology
+
+
+@dataclass(frozen=True, eq=False)
+class Placement:
+    """A proposal placed on ranks: ``choice[t]`` indexes ``options[t]``; ``ranks[t]`` (S_t,) holds its shards.
+
+    ``load`` (K,) seconds per rank and ``memory`` (K,) device bytes per rank follow from the two.
+    """
+
+    choice: np.ndarray  # int64 (T,)
+    ranks: tuple[np.ndarray, ...]  # T arrays, int64 (S_t,)
+    load: np.ndarray  # float64 (K,)
+    memory: np.ndarray  # float64 (K,)
+
+    @property
+    def max_load(self) -> float:
+        return float(self.load.max())
+
+
+class StorageReservation(abc.ABC):
+    """Stage 1: set aside memory that tables may not use; returns the topology with the budgets left."""
+
+    @abc.abstractmethod
+    def reserve(self, topology: Topology, tables: tuple[TableSpec, ...]) -> Topology: ...
+
+
+class Enumerator(abc.ABC):
+    """Stage 2: every sharding option of every table, costed (vectorised over tables)."""
+
+    @abc.abstractmethod
+    def enumerate(self, tables: tuple[TableSpec, ...], topology: Topology) -> OptionSet: ...
+
+
+class Proposer(abc.ABC):
+    """Stage 3: proposes which option each table uses, learning from how the last proposal was rated."""
+
+    @abc.abstractmethod
+    def load(self, options: OptionSet) -> None: ...
+
+    @abc.abstractmethod
+    def propose(self) -> np.ndarray | None:
+        """Option index per table (int64 (T,)), or None when the search is over."""
+
+    @abc.abstractmethod
+    def feedback(self, placement: Placement | None, failure: PlanError | None = None) -> None:
+        """The partitioned proposal (None with ``failure`` when it could not be placed)."""
+
+
+class Partitioner(abc.ABC):
+    """Stage 4: put every shard of a proposal on a rank within memory, balancing the per-rank cost."""
+
+    @abc.abstractmethod
+    def partition(self, options: OptionSet, choice: np.ndarray) -> Placement:
+        """Raises ``PlanError`` when some shard fits nowhere."""
