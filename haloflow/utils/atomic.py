@@ -1,0 +1,66 @@
+"""Write a folder all at once: build it under a temporary sibling name, then rename it into place.
+
+::
+
+    parent/
+      .out.tmp-1a2b3c/      <- everything is written here first
+      out/                  <- appears only when the block finishes without an exception
+
+A rename inside one file system is atomic, so a reader sees either the old folder, the new one, or (while an
+old folder is being replaced) neither for an instant — never a half-written one. An exception (or Ctrl-C)
+inside the block removes the temporary folder and leaves any existing ``out/`` untouched.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+__all__ = ["atomic_directory"]
+
+log = logging.getLogger(__name__)
+
+
+@contextmanager
+def atomic_directory(target: str | os.PathLike, *, overwrite: bool = False) -> Iterator[Path]:
+    """Yield an empty temporary folder beside ``target``; rename it to ``target`` when the block succeeds.
+
+    Args:
+        target: the folder to create. Its parent is created if missing.
+        overwrite: replace an existing ``target``; without it an existing ``target`` raises FileExistsError
+            before anything is written.
+
+    Raises:
+        FileExistsError: ``target`` exists and ``overwrite`` is False.
+    """
+    target = Path(target)
+    if target.exists() and not overwrite:
+        raise FileExistsError(f"{target} already exists")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tag = uuid.uuid4().hex[:8]
+    tmp = target.parent / f".{target.name}.tmp-{tag}"
+    tmp.mkdir()
+    try:
+        yield tmp
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    old = None
+    if target.exists():
+        if not overwrite:  # created by someone else while we were writing
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise FileExistsError(f"{target} already exists")
+        old = target.parent / f".{target.name}.old-{tag}"
+        os.replace(target, old)
+    os.replace(tmp, target)
+    if old is not None:
+        if old.is_dir():
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            old.unlink(missing_ok=True)
+    log.info("wrote %s", target)
