@@ -1,22 +1,30 @@
 import subprocess
 import sys
 
+import pytest
+
 from haloflow.utils.memory import format_bytes
 
 _SCRIPT = """
 import numpy as np
-from haloflow.utils.memory import peak_rss_bytes
+from haloflow.utils.memory import peak_rss_bytes, reset_peak_rss
 before = peak_rss_bytes()
 block = np.ones(256 << 20, dtype=np.uint8)  # 256 MiB, touched
-print(before, peak_rss_bytes())
+after = peak_rss_bytes()
+del block
+reset = reset_peak_rss()
+print(before, after, int(reset), peak_rss_bytes())
 """
 
 
-def test_peak_rss_sees_a_large_allocation():
-    # A fresh process, so earlier tests cannot have raised the high-water mark already.
+def test_peak_rss_sees_a_large_allocation_and_resets():
+    # A fresh process, so that this test does not depend on what ran before it.
     out = subprocess.run([sys.executable, "-c", _SCRIPT], capture_output=True, text=True, check=True).stdout
-    before, after = map(int, out.split())
+    before, after, reset, again = map(int, out.split())
     assert after - before >= 250 << 20
+    if not reset:
+        pytest.skip("this system cannot reset the peak RSS")
+    assert again < after - (200 << 20)
 
 
 def test_format_bytes():
