@@ -1,0 +1,351 @@
+"""The on-disk partition format: one memory-mappable ``.npy`` per array, described and checksummed by meta.json.
+
+::
+
+    DIR/
+      meta.json            format_version, method, seed, num_parts, num_nodes, num_edges, bounds, edge_cut,
+                           balance, stats, node_data, num_classes, config, and for every file below:
+                           {"size": bytes, "dtype": "<i8", "shape": [..], "crc32": int}
+      new_to_orig.npy      int64 (N,) original id of each new id
+      part-0/              one GraphPart (see haloflow/partition/types.py)
+        indptr.npy  indices.npy  halo_gids.npy  halo_offsets.npy  send_ids.npy  send_offsets.npy
+        in_degree.npy  out_degree.npy  orig_ids.npy
+        features.npy  labels.npy  train_mask.npy  val_mask.npy  test_mask.npy     (those the data set has)
+      part-1/ ...
+
+The folder is written under a temporary sibling name and renamed into place at the end, so a crash leaves
+nothing behind. Loading checks every file's size (cheap, catches truncation) and, with ``verify=True``, its CRC-32
+(one read of the file, about 1 GB/s), then the dtype and shape that meta.json records.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import zlib
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from haloflow.errors import ConfigError, PartitionFormatError
+from haloflow.partition.stats import PartitionStats
+from haloflow.partition.types import GraphPart, PartitionBook
+from haloflow.utils.atomic import atomic_directory
+
+__all__ = [
+    "FORMAT_VERSION",
+    "PART_ARRAYS",
+    "NODE_DATA",
+    "FileInfo",
+    "PartitionMeta",
+    "save_partitioned",
+    "load_meta",
+    "load_partition",
+    "load_new_to_orig",
+    "verify_partition",
+]
+
+FORMAT_VERSION = 1
+META_FILE = "meta.json"
+NEW_TO_ORIG_FILE = "new_to_orig.npy"
+# GraphPart arrays every part has, then the optional node data.
+PART_ARRAYS = (
+    "indptr", "indices", "halo_gids", "halo_offsets", "send_ids", "send_offsets", "in_degree", "out_degree", "orig_ids",
+)
+NODE_DATA = ("features", "labels", "train_mask", "val_mask", "test_mask")
+_CRC_BLOCK = 1 << 22  # bytes read per step when checksumming
+
+
+def part_dir_name(k: int) -> str:
+    return f"part-{k}"
+
+
+def _crc32(path: Path) -> int:
+    crc = 0
+    with open(path, "rb") as f:
+        while block := f.read(_CRC_BLOCK):
+            crc = zlib.crc32(block, crc)
+    return crc
+
+
+@dataclass(frozen=True)
+class FileInfo:
+    """What meta.json records about one ``.npy`` file."""
+
+    size: int  # bytes, header included
+    dtype: str  # numpy dtype string, e.g. "<i8"
+    shape: tuple[int, ...]
+    crc32: int  # zlib.crc32 of the whole file
+
+
+@dataclass(frozen=True, kw_only=True)
+class PartitionMeta:
+    """Contents of meta.json. ``files`` maps paths relative to DIR to their `FileInfo`; `save_partitioned` fills it."""
+
+    method: str
+    seed: int
+    num_parts: int
+    num_nodes: int
+    num_edges: int
+    bounds: tuple[int, ...]
+    stats: PartitionStats
+    node_data: tuple[str, ...] = ()  # which of NODE_DATA each part holds
+    num_classes: int = 0
+    name: str = "graph"
+    config: dict[str, Any] = field(default_factory=dict)  # the partitioning config, for the record
+    files: dict[str, FileInfo] = field(default_factory=dict)
+    format_version: int = FORMAT_VERSION
+
+    def __post_init__(self) -> None:
+        if self.num_parts < 1:
+            raise ConfigError(f"num_parts must be >= 1, got {self.num_parts}")
+        if len(self.bounds) != self.num_parts + 1 or self.bounds[0] != 0 or self.bounds[-1] != self.num_nodes:
+            raise ConfigError(
+                f"bounds must have num_parts + 1 = {self.num_parts + 1} entries from 0 to num_nodes = {self.num_nodes},"
+                f" got {list(self.bounds)}"
+            )
+        unknown = set(self.node_data) - set(NODE_DATA)
+        if unknown:
+            raise ConfigError(f"unknown node_data fields {sorted(unknown)}; expected a subset of {list(NODE_DATA)}")
+
+    @property
+    def edge_cut(self) -> float:
+        return self.stats.edge_cut
+
+    @property
+    def book(self) -> PartitionBook:
+        return PartitionBook(np.asarray(self.bounds, dtype=np.int64))
+
+    def to_json(self) -> dict[str, Any]:
+        d = {
+            "format_version": self.format_version,
+            "name": self.name,
+            "method": self.method,
+            "seed": self.seed,
+            "num_parts": self.num_parts,
+            "num_nodes": self.num_nodes,
+            "num_edges": self.num_edges,
+            "bounds": list(self.bounds),
+            "edge_cut": self.stats.edge_cut,
+            "balance": self.stats.balance,
+            "stats": self.stats.to_dict(),
+            "node_data": list(self.node_data),
+            "num_classes": self.num_classes,
+            "config": self.config,
+            "files": {name: {**asdict(info), "shape": list(info.shape)} for name, info in self.files.items()},
+        }
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any], *, path: Path | str = META_FILE) -> "PartitionMeta":
+        version = d.get("format_version")
+        if version != FORMAT_VERSION:
+            raise PartitionFormatError(
+                f"{path}: format_version is {version!r}, expected {FORMAT_VERSION} "
+                "(written by another haloflow version; partition the graph again)"
+            )
+        try:
+            files = {
+                name: FileInfo(int(f["size"]), str(f["dtype"]), tuple(int(s) for s in f["shape"]), int(f["crc32"]))
+                for name, f in d["files"].items()
+            }
+            return cls(
+                method=str(d["method"]),
+                seed=int(d["seed"]),
+                num_parts=int(d["num_parts"]),
+                num_nodes=int(d["num_nodes"]),
+                num_edges=int(d["num_edges"]),
+                bounds=tuple(int(b) for b in d["bounds"]),
+                stats=PartitionStats.from_dict(d["stats"]),
+                node_data=tuple(d.get("node_data", ())),
+                num_classes=int(d.get("num_classes", 0)),
+                name=str(d.get("name", "graph")),
+                config=dict(d.get("config", {})),
+                files=files,
+                format_version=version,
+            )
+        except KeyError as err:
+            raise PartitionFormatError(f"{path}: missing field {err.args[0]!r}") from None
+        except (TypeError, ValueError, ConfigError) as err:
+            raise PartitionFormatError(f"{path}: invalid contents: {err}") from None
+
+
+# ------------------------------------------------------------------------------------------------------ save
+def _write_array(root: Path, rel: str, arr: np.ndarray) -> FileInfo:
+    path = root / rel
+    arr = np.ascontiguousarray(arr)
+    np.save(path, arr, allow_pickle=False)
+    return FileInfo(size=path.stat().st_size, dtype=arr.dtype.str, shape=tuple(arr.shape), crc32=_crc32(path))
+
+
+def _check_part(part: GraphPart, k: int, meta: PartitionMeta) -> None:
+    if part.part_id != k:
+        raise ConfigError(f"parts must come in order: part number {k} has part_id {part.part_id}")
+    if tuple(int(b) for b in part.book.bounds) != tuple(meta.bounds):
+        raise ConfigError(f"part {k} has bounds {part.book.bounds.tolist()} but meta has {list(meta.bounds)}")
+    have = tuple(n for n in NODE_DATA if getattr(part, n) is not None)
+    if have != tuple(n for n in NODE_DATA if n in meta.node_data):
+        raise ConfigError(f"part {k} holds node data {list(have)} but meta.node_data is {list(meta.node_data)}")
+
+
+def _check_target(out_dir: Path, overwrite: bool) -> None:
+    if not out_dir.exists():
+        return
+    if not overwrite:
+        raise ConfigError(f"output folder {out_dir} already exists; pass overwrite=True (--overwrite) to replace it")
+    if not out_dir.is_dir() or (any(out_dir.iterdir()) and not (out_dir / META_FILE).is_file()):
+        raise ConfigError(
+            f"refusing to replace {out_dir}: it is not a partition folder (no {META_FILE}); choose another --out"
+        )
+
+
+def save_partitioned(
+    out_dir: str | os.PathLike,
+    parts: Iterable[GraphPart],
+    meta: PartitionMeta,
+    *,
+    new_to_orig: np.ndarray,
+    overwrite: bool = False,
+) -> PartitionMeta:
+    """Write ``parts`` (consumed one at a time, in order 0..K-1) and meta.json; return meta with ``files`` filled.
+
+    Args:
+        out_dir: the partition folder DIR; it appears only once everything is written.
+        parts: the K parts, e.g. a generator that builds each part as it is asked for.
+        meta: everything but ``files``.
+        new_to_orig: int64 (N,) original id of each new id.
+        overwrite: replace an existing DIR (only if it is empty or a partition folder).
+
+    Raises:
+        ConfigError: DIR exists without ``overwrite``; parts disagree with meta or are not K in order.
+    """
+    out_dir = Path(out_dir)
+    _check_target(out_dir, overwrite)
+    if new_to_orig.shape != (meta.num_nodes,):
+        raise ConfigError(f"new_to_orig must have shape ({meta.num_nodes},), got {new_to_orig.shape}")
+    files: dict[str, FileInfo] = {}
+    with atomic_directory(out_dir, overwrite=overwrite) as tmp:
+        files[NEW_TO_ORIG_FILE] = _write_array(tmp, NEW_TO_ORIG_FILE, new_to_orig.astype(np.int64, copy=False))
+        count = 0
+        for k, part in enumerate(parts):
+            if k >= meta.num_parts:
+                raise ConfigError(f"got more parts than meta.num_parts = {meta.num_parts}")
+            _check_part(part, k, meta)
+            sub = part_dir_name(k)
+            (tmp / sub).mkdir()
+            for name in PART_ARRAYS + NODE_DATA:
+                arr = getattr(part, name)
+                if arr is not None:
+                    files[f"{sub}/{name}.npy"] = _write_array(tmp, f"{sub}/{name}.npy", arr)
+            count += 1
+        if count != meta.num_parts:
+            raise ConfigError(f"got {count} parts, expected meta.num_parts = {meta.num_parts}")
+        meta = replace(meta, files=files)
+        (tmp / META_FILE).write_text(json.dumps(meta.to_json(), indent=1))
+    return meta
+
+
+# ------------------------------------------------------------------------------------------------------ load
+def load_meta(part_dir: str | os.PathLike) -> PartitionMeta:
+    """Read and validate DIR/meta.json.
+
+    Raises:
+        PartitionFormatError: DIR or meta.json is missing, not JSON, of another format_version, or incomplete.
+    """
+    part_dir = Path(part_dir)
+    if not part_dir.is_dir():
+        raise PartitionFormatError(f"partition folder {part_dir} does not exist (expected the --out of `partition`)")
+    path = part_dir / META_FILE
+    if not path.is_file():
+        raise PartitionFormatError(f"{path} is missing: {part_dir} is not a partition folder")
+    try:
+        d = json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise PartitionFormatError(f"{path}: not valid JSON at line {err.lineno}: {err.msg}") from None
+    if not isinstance(d, dict):
+        raise PartitionFormatError(f"{path}: expected a JSON object, found {type(d).__name__}")
+    return PartitionMeta.from_json(d, path=path)
+
+
+def _check_file(part_dir: Path, rel: str, meta: PartitionMeta, verify: bool) -> Path:
+    """Existence, size and (with ``verify``) checksum of one recorded file."""
+    info = meta.files.get(rel)
+    path = part_dir / rel
+    if info is None:
+        raise PartitionFormatError(f"{part_dir / META_FILE}: no entry for {rel}")
+    if not path.is_file():
+        raise PartitionFormatError(f"{path} is missing (listed in {META_FILE})")
+    size = path.stat().st_size
+    if size != info.size:
+        raise PartitionFormatError(f"{path} is truncated or altered: {size} bytes, expected {info.size}")
+    if verify:
+        crc = _crc32(path)
+        if crc != info.crc32:
+            raise PartitionFormatError(f"{path} is corrupt: CRC-32 {crc:#010x}, expected {info.crc32:#010x}")
+    return path
+
+
+def _load_array(part_dir: Path, rel: str, meta: PartitionMeta, *, mmap: bool, verify: bool) -> np.ndarray:
+    path = _check_file(part_dir, rel, meta, verify)
+    info = meta.files[rel]
+    try:
+        arr = np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
+    except (ValueError, OSError, EOFError) as err:
+        raise PartitionFormatError(f"{path}: not a readable .npy file: {err}") from None
+    if arr.dtype.str != info.dtype or tuple(arr.shape) != info.shape:
+        raise PartitionFormatError(
+            f"{path}: found dtype {arr.dtype.str} shape {tuple(arr.shape)}, expected {info.dtype} {info.shape}"
+        )
+    return arr
+
+
+def load_partition(
+    part_dir: str | os.PathLike, k: int, *, mmap: bool = True, verify: bool = True, meta: PartitionMeta | None = None
+) -> GraphPart:
+    """Load part k of DIR as a `GraphPart` (arrays memory-mapped read-only when ``mmap``).
+
+    Raises:
+        PartitionFormatError: a missing folder, meta.json or file; another format_version; k out of range;
+            a file whose size, checksum (with ``verify``), dtype or shape differs from meta.json.
+    """
+    part_dir = Path(part_dir)
+    meta = meta if meta is not None else load_meta(part_dir)
+    if not 0 <= k < meta.num_parts:
+        raise PartitionFormatError(f"{part_dir}: part {k} is out of range: it has parts 0..{meta.num_parts - 1}")
+    sub = part_dir_name(k)
+    arrays = {
+        name: _load_array(part_dir, f"{sub}/{name}.npy", meta, mmap=mmap, verify=verify)
+        for name in PART_ARRAYS + tuple(n for n in NODE_DATA if n in meta.node_data)
+    }
+    return GraphPart(
+        part_id=k,
+        book=meta.book,
+        n_inner=int(arrays["indptr"].shape[0] - 1),
+        n_halo=int(arrays["halo_gids"].shape[0]),
+        num_classes=meta.num_classes,
+        **arrays,
+    )
+
+
+def load_new_to_orig(part_dir: str | os.PathLike, *, mmap: bool = True, verify: bool = True) -> np.ndarray:
+    """int64 (N,) original id of each new global id."""
+    part_dir = Path(part_dir)
+    return _load_array(part_dir, NEW_TO_ORIG_FILE, load_meta(part_dir), mmap=mmap, verify=verify)
+
+
+def verify_partition(part_dir: str | os.PathLike, *, checksums: bool = True) -> PartitionMeta:
+    """Check that every file meta.json lists is present with the recorded size (and checksum); return the meta."""
+    part_dir = Path(part_dir)
+    meta = load_meta(part_dir)
+    expected = {NEW_TO_ORIG_FILE} | {
+        f"{part_dir_name(k)}/{n}.npy" for k in range(meta.num_parts) for n in PART_ARRAYS + meta.node_data
+    }
+    missing = sorted(expected - set(meta.files))
+    if missing:
+        raise PartitionFormatError(f"{part_dir / META_FILE}: no entry for {missing[0]} ({len(missing)} missing)")
+    for rel in sorted(meta.files):
+        _check_file(part_dir, rel, meta, checksums)
+    return meta
