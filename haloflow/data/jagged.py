@@ -24,12 +24,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
 from haloflow.errors import ConfigError
 
-__all__ = ["JaggedBatch", "split_sizes"]
+__all__ = ["JaggedBatch", "ClickBatch", "split_sizes"]
 
 
 def split_sizes(batch_size: int, k_parts: int) -> list[int]:
@@ -190,3 +191,34 @@ class JaggedBatch:
 
     def __repr__(self) -> str:
         return f"JaggedBatch(num_features={self.num_features}, batch_size={self.batch_size}, nnz={self.values.numel()})"
+
+
+class ClickBatch(NamedTuple):
+    """One batch of click data, as the Criteo loader and the synthetic generator yield it.
+
+    Shapes:
+        dense float32 (B, num_dense); sparse JaggedBatch lengths (T, B); labels float32 (B,) in {0, 1}
+    """
+
+    dense: torch.Tensor
+    sparse: JaggedBatch
+    labels: torch.Tensor
+
+    @property
+    def batch_size(self) -> int:
+        return int(self.labels.shape[0])
+
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> ClickBatch:
+        return ClickBatch(
+            self.dense.to(device, non_blocking=non_blocking),
+            self.sparse.to(device, non_blocking=non_blocking),
+            self.labels.to(device, non_blocking=non_blocking),
+        )
+
+    def split_batch(self, k_parts: int | Sequence[int]) -> list[ClickBatch]:
+        """Contiguous sample slices, the same cut for dense, sparse and labels (see ``split_sizes``)."""
+        sizes = split_sizes(self.batch_size, k_parts) if isinstance(k_parts, int) else [int(s) for s in k_parts]
+        sparse = self.sparse.split_batch(sizes)
+        dense = self.dense.split(sizes)
+        labels = self.labels.split(sizes)
+        return [ClickBatch(d, s, y) for d, s, y in zip(dense, sparse, labels)]
