@@ -46,6 +46,7 @@ __all__ = [
     "load_partition",
     "load_new_to_orig",
     "verify_partition",
+    "check_output_dir",
 ]
 
 FORMAT_VERSION = 1
@@ -191,7 +192,9 @@ def _check_part(part: GraphPart, k: int, meta: PartitionMeta) -> None:
         raise ConfigError(f"part {k} holds node data {list(have)} but meta.node_data is {list(meta.node_data)}")
 
 
-def _check_target(out_dir: Path, overwrite: bool) -> None:
+def check_output_dir(out_dir: str | os.PathLike, overwrite: bool) -> None:
+    """Fail early, before any work, when ``out_dir`` exists and may not (or must not) be replaced."""
+    out_dir = Path(out_dir)
     if not out_dir.exists():
         return
     if not overwrite:
@@ -223,7 +226,7 @@ def save_partitioned(
         ConfigError: DIR exists without ``overwrite``; parts disagree with meta or are not K in order.
     """
     out_dir = Path(out_dir)
-    _check_target(out_dir, overwrite)
+    check_output_dir(out_dir, overwrite)
     if new_to_orig.shape != (meta.num_nodes,):
         raise ConfigError(f"new_to_orig must have shape ({meta.num_nodes},), got {new_to_orig.shape}")
     files: dict[str, FileInfo] = {}

@@ -19,11 +19,12 @@ import numpy as np
 from haloflow.data.graph import CSRGraph
 from haloflow.errors import ConfigError
 from haloflow.partition.halo import HaloIndex
+from haloflow.utils.table import format_table
 
 if TYPE_CHECKING:
     from haloflow.partition.relabel import Relabelling
 
-__all__ = ["PartitionStats", "partition_stats"]
+__all__ = ["PartitionStats", "partition_stats", "format_stats"]
 
 
 def _balance(per_part: np.ndarray) -> float:
@@ -146,3 +147,22 @@ def partition_stats(
         in_edges=index.in_edges,
         train=train,
     )
+
+
+def format_stats(stats: PartitionStats) -> str:
+    """The per-part table plus the edge-cut and balance lines, as the CLI prints them."""
+    headers = ["part", "inner", "halo", "halo/inner", "edges"] + (["train"] if stats.train is not None else [])
+    rows = []
+    for k in range(stats.num_parts):
+        row = [k, int(stats.inner[k]), int(stats.halo[k]), float(stats.halo_ratio[k]), int(stats.in_edges[k])]
+        rows.append(row + ([int(stats.train[k])] if stats.train is not None else []))
+    inner_total = int(stats.inner.sum())
+    total = ["total", inner_total, stats.total_halo, stats.total_halo / inner_total if inner_total else 0.0,
+             int(stats.in_edges.sum())]
+    rows.append(total + ([int(stats.train.sum())] if stats.train is not None else []))
+    balance = ", ".join(f"{name} {value:.3f}" for name, value in stats.balance.items())
+    return "\n".join([
+        format_table(headers, rows),
+        f"edge cut: {stats.edge_cut:.2%} ({stats.cut_edges:,} of {stats.num_edges:,} edges cross parts)",
+        f"balance (largest / mean part): {balance}",
+    ])

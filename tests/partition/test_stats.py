@@ -4,7 +4,7 @@ import pytest
 from haloflow.data.graph import CSRGraph
 from haloflow.errors import ConfigError
 from haloflow.partition.halo import build_parts
-from haloflow.partition.stats import PartitionStats, partition_stats
+from haloflow.partition.stats import PartitionStats, format_stats, partition_stats
 from tests.partition.part_oracle import relabelling_from_parts, small_dataset
 
 
@@ -52,3 +52,15 @@ def test_validation():
     with pytest.raises(ConfigError, match=r"halo must have shape \(1,\)"):
         PartitionStats(num_nodes=30, num_edges=60, cut_edges=0, inner=s.inner, halo=np.zeros(2, np.int64),
                        in_edges=s.in_edges)
+
+
+def test_format_stats_lists_parts_totals_cut_and_balance():
+    graph = CSRGraph.from_edges(np.array([0, 3, 4, 1, 2, 3]), np.array([1, 1, 2, 3, 4, 4]), 5)
+    s = partition_stats(graph, relabelling_from_parts(np.array([0, 0, 0, 1, 1]), 2))
+    lines = format_stats(s).splitlines()
+    assert lines[0].split() == ["part", "inner", "halo", "halo/inner", "edges"]
+    assert lines[2].split() == ["0", "3", "2", "0.667", "3"]
+    assert lines[3].split() == ["1", "2", "2", "1.000", "3"]
+    assert lines[4].split() == ["total", "5", "4", "0.800", "6"]
+    assert lines[5] == "edge cut: 66.67% (4 of 6 edges cross parts)"
+    assert lines[6] == "balance (largest / mean part): nodes 1.200, edges 1.000"
