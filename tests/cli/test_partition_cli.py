@@ -1,0 +1,88 @@
+import numpy as np
+import pytest
+
+from haloflow.cli import main
+from haloflow.partition.format import load_meta, load_new_to_orig, load_partition
+from haloflow.partition.pipeline import read_input
+from tests.partition.part_oracle import check_parts
+
+
+def _snap(tmp_path, seed=0, n=60, m=240):
+    rng = np.random.default_rng(seed)
+    src, dst = rng.integers(0, n, m), rng.integers(0, n, m)
+    src[-1], dst[-1] = n - 1, 0  # make sure the largest id appears
+    path = tmp_path / "g.txt"
+    path.write_text("# test graph\n" + "".join(f"{s}\t{d}\n" for s, d in zip(src, dst)))
+    return path
+
+
+def _fails(capsys, argv, *patterns):
+    assert main([str(a) for a in argv]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    for pattern in patterns:
+        assert pattern in err, err
+    return err
+
+
+def test_partition_writes_folder_and_prints_table(tmp_path, capsys):
+    path = _snap(tmp_path)
+    out = tmp_path / "parts"
+    assert main(["partition", str(path), "--parts", "3", "--method", "fennel", "--seed", "2", "--out", str(out)]) == 0
+    stdout = capsys.readouterr().out
+    lines = stdout.splitlines()
+    assert lines[1].split() == ["part", "inner", "halo", "halo/inner", "edges"]
+    assert [line.split()[0] for line in lines[3:7]] == ["0", "1", "2", "total"]
+    assert "edge cut:" in stdout and "balance (largest / mean part): nodes" in stdout
+    assert "wall time:" in stdout and "peak memory:" in stdout
+    meta = load_meta(out)
+    assert (meta.method, meta.seed, meta.num_parts) == ("fennel", 2, 3)
+    graph = read_input(path).graph  # symmetrised by default
+    assert meta.num_edges == graph.num_edges
+    check_parts(graph, [load_partition(out, k) for k in range(3)], np.asarray(load_new_to_orig(out)))
+
+
+def test_no_symmetrize_keeps_directed_edges(tmp_path, capsys):
+    path = _snap(tmp_path, seed=1)
+    out = tmp_path / "parts"
+    argv = ["partition", path, "--parts", 2, "--method", "random", "--no-symmetrize", "--out", out]
+    assert main([str(a) for a in argv]) == 0
+    assert load_meta(out).num_edges == 240
+    assert main([str(a) for a in argv]) == 2  # exists now
+    assert "already exists" in capsys.readouterr().err
+    assert main([str(a) for a in argv + ["--overwrite", "--balance", "nodes,edges"]]) == 0
+    assert load_meta(out).config["balance"] == ["nodes", "edges"]
+
+
+def test_bad_input_one_line_and_nothing_written(tmp_path, capsys):
+    out = tmp_path / "out"
+    bad = tmp_path / "bad.txt"
+    bad.write_text("0 1\n1 2\n2 x\n")
+    _fails(capsys, ["partition", bad, "--parts", 2, "--out", out], "bad.txt:3")
+    empty = tmp_path / "empty.txt"
+    empty.write_text("# nothing here\n")
+    _fails(capsys, ["partition", empty, "--parts", 2, "--out", out], "empty.txt", "empty graph")
+    good = _snap(tmp_path)
+    _fails(capsys, ["partition", good, "--parts", 0, "--out", out], "--parts must be an integer >= 1, got 0")
+    _fails(capsys, ["partition", good, "--parts", 61, "--out", out], "--parts=61 exceeds the graph's 60 nodes")
+    _fails(capsys, ["partition", good, "--parts", 2, "--balance", "nodes,colour", "--out", out],
+           "--balance: unknown weight 'colour'")
+    _fails(capsys, ["partition", tmp_path / "missing.txt", "--parts", 2, "--out", out], "missing.txt")
+    assert not out.exists()
+    out.mkdir()
+    _fails(capsys, ["partition", good, "--parts", 2, "--out", out], f"{out} already exists", "--overwrite")
+    assert list(out.iterdir()) == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.txt", "empty.txt", "g.txt", "out"]
+
+
+def test_planetoid_cora_keeps_features_and_labels(tmp_path, capsys, shared_data):
+    folder = shared_data / "planetoid"
+    out = tmp_path / "cora"
+    assert main(["partition", str(folder), "--parts", "2", "--balance", "nodes,train", "--out", str(out)]) == 0
+    meta = load_meta(out)
+    assert meta.num_nodes == 2708 and meta.num_edges == 10556 and meta.num_classes == 7
+    assert set(meta.node_data) >= {"features", "labels", "train_mask"}
+    dataset = read_input(folder)
+    parts = [load_partition(out, k) for k in range(2)]
+    check_parts(dataset.graph, parts, np.asarray(load_new_to_orig(out)), dataset)
+    assert sum(int(p.train_mask.sum()) for p in parts) == 140
