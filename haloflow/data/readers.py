@@ -1,0 +1,250 @@
+"""Readers for graph files users hold, and ``read_dataset``, the dispatcher the CLI calls.
+
+SNAP edge list (``.txt``, ``.txt.gz``, ``.txt.xz``; 0-based; directed; kept exactly as given)::
+
+    # Directed graph: soc-Slashdot0902.txt          <- '#' comment lines, anywhere
+    # FromNodeId<TAB>ToNodeId
+    0<TAB>1\\r\\n                                      <- src dst: tabs, spaces or commas; LF or CRLF
+    0 2
+
+PACE / DIMACS ``.gr`` (also ``.gr.xz`` / ``.gr.gz``; 1-based; undirected, each edge stored once)::
+
+    c a comment                                     <- 'c' comment lines
+    p tw 4 3                                        <- header: p <kind> <n nodes> <m edges>, before any edge
+    1 2                                             <- u v              (PACE)
+    a 2 3 7                                         <- a u v [weight]   (DIMACS 9; the weight is ignored)
+
+Both are scanned by :mod:`haloflow.data.textscan` (vectorised, line numbers in every error).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from haloflow.data.graph import CSRGraph, GraphDataset
+from haloflow.data.textscan import TokenBlock, first_problem, iter_token_blocks, open_decompressed, read_int_rows
+from haloflow.errors import ConfigError, InputFormatError
+
+__all__ = ["read_snap", "read_pace", "PaceHeader", "read_dataset", "detect_format", "FORMATS"]
+
+log = logging.getLogger(__name__)
+
+FORMATS = ("auto", "snap", "pace", "ogb", "planetoid")
+
+
+# --------------------------------------------------------------------------------------------- SNAP
+def read_snap(path: str | os.PathLike, *, num_nodes: int | None = None) -> CSRGraph:
+    """Read a SNAP edge list as a directed graph; self-loops and duplicate edges are kept.
+
+    Args:
+        path: plain, gzip or xz text (recognised by the magic bytes).
+        num_nodes: N when known (ids must be < N); by default ``max id + 1``.
+
+    Raises:
+        InputFormatError: a malformed line (file and 1-based line in the message), or no edges and no nodes.
+    """
+    if num_nodes is not None and num_nodes < 0:
+        raise ConfigError(f"num_nodes must be >= 0, got {num_nodes}")
+    edges = read_int_rows(path, 2, comment="#", columns="src dst", what="node id", upper=num_nodes)  # (E, 2)
+    if edges.shape[0] == 0 and not num_nodes:
+        raise InputFormatError(path, "empty graph: no edge lines and no num_nodes (expected 'src dst' lines)")
+    graph = CSRGraph.from_edges(edges[:, 0], edges[:, 1], num_nodes)
+    log.info("read %s: %s", path, graph)
+    return graph
+
+
+# --------------------------------------------------------------------------------------------- PACE / DIMACS
+@dataclass(frozen=True)
+class PaceHeader:
+    """The ``p <kind> <n> <m>`` line of a PACE/DIMACS file."""
+
+    kind: str
+    num_nodes: int
+    num_edges: int
+    line: int
+
+
+_C, _P, _A = ord("c"), ord("p"), ord("a")
+
+
+def read_pace(path: str | os.PathLike) -> CSRGraph:
+    """Read a PACE (``u v``) or DIMACS 9 (``a u v [w]``) ``.gr`` file as a symmetric graph.
+
+    Ids become 0-based; every edge is stored in both directions once (duplicates merged), so a DIMACS file that
+    already lists both arcs gives the same graph as a PACE file listing each edge once.
+
+    Raises:
+        InputFormatError: missing or bad ``p`` header, a malformed line, an id outside ``1..n``, an edge count
+            different from the header's m, or a graph with no nodes and no edges.
+    """
+    header: PaceHeader | None = None
+    srcs, dsts = [], []
+    for tb in iter_token_blocks(path):
+        if tb.num_lines == 0:
+            continue
+        lead = tb.lead_byte()  # (L,)
+        body = lead != _C
+        header_problem = None
+        headers = np.flatnonzero(body & (lead == _P))
+        if header is None:
+            first_body = int(np.argmax(body)) if body.any() else -1
+            if first_body >= 0 and lead[first_body] != _P:
+                lineno = int(tb.line[tb.line_start[first_body]])
+                raise tb.error(lineno, f"missing header: expected 'p <kind> <n> <m>' before the first edge, "
+                                       f"found {tb.line_text(lineno)!r}")
+            if first_body < 0:
+                continue  # only comments so far
+            header = _parse_header(tb, int(headers[0]))
+            headers = headers[1:]
+        if headers.size:
+            lineno = int(tb.line[tb.line_start[headers[0]]])
+            header_problem = (lineno, f"second 'p' header (the first is on line {header.line}): expected one")
+        body[lead == _P] = False
+        u, v, problem = _pace_edges(tb, body, header.num_nodes)
+        problem = first_problem(header_problem, problem)
+        if problem is not None:
+            raise tb.error(*problem)
+        srcs.append(u)
+        dsts.append(v)
+    if header is None:
+        raise InputFormatError(path, "missing header: expected a 'p <kind> <n> <m>' line, found none")
+    src = np.concatenate(srcs) if srcs else np.zeros(0, dtype=np.int64)
+    dst = np.concatenate(dsts) if dsts else np.zeros(0, dtype=np.int64)
+    if src.shape[0] != header.num_edges:
+        raise InputFormatError(
+            path, f"the header says m = {header.num_edges:,} edges but the file has {src.shape[0]:,} edge lines",
+            line=header.line,
+        )
+    if header.num_nodes == 0:
+        raise InputFormatError(path, "empty graph: the header says n = 0 nodes and m = 0 edges", line=header.line)
+    graph = CSRGraph.from_edges(src - 1, dst - 1, header.num_nodes, symmetrize=True)
+    log.info("read %s (p %s): %s", path, header.kind, graph)
+    return graph
+
+
+def _parse_header(tb: TokenBlock, j: int) -> PaceHeader:
+    """Header on the block's line ``j``: exactly ``p <kind> <n> <m>`` with integers n, m."""
+    lineno = int(tb.line[tb.line_start[j]])
+    first, count = int(tb.line_start[j]), int(tb.line_count[j])
+    expected = f"expected 'p <kind> <n> <m>' with integers n and m, found {tb.line_text(lineno)!r}"
+    if count != 4 or tb.token_text(first) != "p":
+        raise tb.error(lineno, f"bad header: {expected}")
+    values, problem = tb.parse_ints(np.arange(first + 2, first + 4), "count")
+    if problem is not None:
+        raise tb.error(lineno, f"bad header: {expected}")
+    return PaceHeader(tb.token_text(first + 1), int(values[0]), int(values[1]), lineno)
+
+
+def _pace_edges(tb: TokenBlock, body: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, tuple[int, str] | None]:
+    """1-based ``(u, v)`` of the edge lines where ``body`` (L,) is True, and the first problem among them."""
+    lead = tb.lead_byte()
+    arc = body & (lead == _A)
+    plain = body & ~arc
+    problems = []
+    unknown = plain & ((lead < ord("0")) | (lead > ord("9"))) & (lead != ord("-"))
+    if unknown.any():
+        lineno = int(tb.line[tb.line_start[np.argmax(unknown)]])
+        problems.append((lineno, f"expected a 'c' comment, the 'p' header or an edge line 'u v' / 'a u v [weight]', "
+                                 f"found {tb.line_text(lineno)!r}"))
+        body, plain = body & ~unknown, plain & ~unknown
+    wrong = (plain & (tb.line_count != 2)) | (arc & ((tb.line_count < 3) | (tb.line_count > 4)))
+    if wrong.any():
+        j = int(np.argmax(wrong))
+        lineno = int(tb.line[tb.line_start[j]])
+        problems.append((lineno, f"expected an edge line 'u v' or 'a u v [weight]', found {tb.line_text(lineno)!r}"))
+        body = body & ~wrong
+        arc, plain = arc & ~wrong, plain & ~wrong
+    # Parse every token of an edge line except the leading 'a' (the weight is checked, then dropped).
+    tokens = np.flatnonzero(np.repeat(body, tb.line_count))
+    is_a = np.zeros(tb.start.shape[0], dtype=bool)
+    is_a[tb.line_start[arc]] = True
+    tokens = tokens[~is_a[tokens]]
+    values, parse_problem = tb.parse_ints(tokens, "node id")
+    problems.append(parse_problem)
+    first = tb.line_start[body] + arc[body]  # token index of u on each edge line (after any 'a')
+    pos = np.searchsorted(tokens, first)
+    u, v = values[pos], values[pos + 1]  # (E_block,)
+    if parse_problem is None:
+        out = (u < 1) | (u > n) | (v < 1) | (v > n)
+        if out.any():
+            e = int(np.argmax(out))
+            bad = int(u[e]) if not 1 <= u[e] <= n else int(v[e])
+            lineno = int(tb.line[first[e]])
+            problems.append((lineno, f"node id {bad} is out of range: ids are 1-based, expected 1..{n} (n from the "
+                                     f"header), found {tb.line_text(lineno)!r}"))
+    return u, v, first_problem(*problems)
+
+
+# --------------------------------------------------------------------------------------------- dispatcher
+def detect_format(path: str | os.PathLike) -> str:
+    """Guess the format of ``path``: ``ogb``, ``planetoid``, ``pace`` or ``snap`` (see :func:`read_dataset`)."""
+    path = Path(path)
+    if path.is_dir():
+        if (path / "raw").is_dir():
+            return "ogb"
+        if any(path.glob("ind.*.x")):
+            return "planetoid"
+        raise ConfigError(
+            f"cannot tell the format of folder {path}: expected raw/ (OGB) or ind.<name>.x files (Planetoid)"
+        )
+    if not path.exists():
+        raise FileNotFoundError(f"{path} does not exist")
+    name = path.name.lower()
+    if name.endswith((".gr", ".gr.xz", ".gr.gz", ".gr.bz2")):
+        return "pace"
+    with open_decompressed(path) as f:
+        head = f.read(4096)
+    for line in head.splitlines():
+        token = line.strip()[:2]
+        if not token:
+            continue
+        if token.startswith(b"c") and (len(token) == 1 or token[1:] in b" \t"):
+            continue  # a PACE comment; keep looking for the 'p' line
+        return "pace" if token in (b"p", b"p ", b"p\t") else "snap"
+    return "snap"
+
+
+def _planetoid_name(folder: Path) -> str:
+    names = sorted(p.name[len("ind.") : -len(".x")] for p in folder.glob("ind.*.x"))
+    if len(names) != 1:
+        raise ConfigError(f"{folder} holds Planetoid sets {names}: pass name= to pick one")
+    return names[0]
+
+
+def read_dataset(path: str | os.PathLike, format: str = "auto", **kw) -> GraphDataset:
+    """Read a graph data set in any supported format.
+
+    Args:
+        path: a file (SNAP, PACE/DIMACS) or a folder (OGB node-property, Planetoid).
+        format: one of ``auto``, ``snap``, ``pace``, ``ogb``, ``planetoid``. ``auto``: a folder with ``raw/`` is
+            OGB, a folder with ``ind.*.x`` is Planetoid, a ``.gr``/``.gr.xz`` file or one whose first
+            non-comment line is a ``p`` header is PACE, anything else SNAP.
+        **kw: passed to the reader (``num_nodes`` for SNAP, ``split`` for OGB, ``name`` for Planetoid).
+
+    Raises:
+        ConfigError: unknown format (the message lists the valid ones).
+    """
+    if format not in FORMATS:
+        raise ConfigError(f"unknown graph format {format!r}: expected one of {', '.join(FORMATS)}")
+    path = Path(path)
+    if format == "auto":
+        format = detect_format(path)
+        log.info("%s: detected format %s", path, format)
+    stem = path.name.split(".")[0] or path.name
+    if format == "snap":
+        return GraphDataset(read_snap(path, **kw), name=stem)
+    if format == "pace":
+        return GraphDataset(read_pace(path, **kw), name=stem)
+    if format == "ogb":
+        from haloflow.data.ogb import read_ogb
+
+        return read_ogb(path, **kw)
+    from haloflow.data.planetoid import read_planetoid
+
+    kw.setdefault("name", _planetoid_name(path))
+    return read_planetoid(path, **kw)
