@@ -43,10 +43,14 @@ import os
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from haloflow.errors import ConfigError, PlanError
+
+if TYPE_CHECKING:
+    from haloflow.partition.planner.cost_model import EmbeddingCostModel
 
 __all__ = [
     "ShardingType",
@@ -412,24 +416,25 @@ class ShardingOption:
     base_cost: float
     shard_cost: np.ndarray  # float64 (S,)
     shard_memory: np.ndarray  # float64 (S,)
+    # Derived (the enumerator passes them in, computed for all tables at once; None = compute here):
+    total_cost: float | None = None  # sum over all K ranks: K * base + sum of shard costs
+    peak_cost: float | None = None  # the most this option alone puts on one rank: base + max shard cost
+    max_memory: float | None = None  # largest shard's bytes
+
+    def __post_init__(self) -> None:
+        if self.total_cost is None:
+            object.__setattr__(self, "total_cost", float(self.world_size * self.base_cost + self.shard_cost.sum()))
+        if self.peak_cost is None:
+            object.__setattr__(self, "peak_cost", float(self.base_cost + self.shard_cost.max()))
+        if self.max_memory is None:
+            object.__setattr__(self, "max_memory", float(self.shard_memory.max()))
+        object.__setattr__(self, "fixed_ranks", self.sharding is ShardingType.DATA_PARALLEL)
+
+    fixed_ranks: bool = field(init=False, default=False)  # data-parallel: shard s stays on rank s
 
     @property
     def num_shards(self) -> int:
         return int(self.rows.size)
-
-    @property
-    def fixed_ranks(self) -> bool:
-        return self.sharding is ShardingType.DATA_PARALLEL
-
-    @property
-    def total_cost(self) -> float:
-        """Sum over all K ranks of what this option costs them: K * base + sum of shard costs."""
-        return float(self.world_size * self.base_cost + self.shard_cost.sum())
-
-    @property
-    def peak_cost(self) -> float:
-        """The most this option alone puts on any one rank."""
-        return float(self.base_cost + self.shard_cost.max())
 
 
 @dataclass(frozen=True, eq=False)
@@ -439,6 +444,11 @@ class OptionSet:
     tables: tuple[TableSpec, ...]
     options: tuple[tuple[ShardingOption, ...], ...]
     topology: Topology
+    cost_model: EmbeddingCostModel
+
+    def describe(self, t: int) -> str:
+        """``t7 (10,131,227 x 16 fp32 + optimizer state = 1.21 GiB)``."""
+        return f"{self.tables[t].name} ({self.cost_model.describe(self.tables[t])})"
 
 
 @dataclass(frozen=True, eq=False)
@@ -456,6 +466,17 @@ class Placement:
     @property
     def max_load(self) -> float:
         return float(self.load.max())
+
+    def better_than(self, other: Placement, rtol: float = 1e-9) -> bool:
+        """Lower slowest rank; on a tie, lower second-slowest, and so on (so plateaus still make progress)."""
+        a, b = np.sort(self.load)[::-1], np.sort(other.load)[::-1]  # (K,) slowest first
+        eps = rtol * max(float(b[0]), 1e-300)
+        for x, y in zip(a, b):
+            if x < y - eps:
+                return True
+            if x > y + eps:
+                return False
+        return False
 
 
 class StorageReservation(abc.ABC):

@@ -1,0 +1,206 @@
+"""Per-rank cost of embedding shards: bytes looked up, sent and received in all-to-alls, all-reduced; memory held.
+
+One training step of a global batch B on K ranks (each rank holds b = B/K samples)::
+
+    shard s of table t (P ids per sample, c of its D columns, a share f of its lookups), on rank r:
+
+      client rank j != r  --ids+lengths b(fP+1)·8 B-->  server rank r    lookup 3·B·f·P·c·e B
+                          <--pooled     b·c·e B------                     (1x gather forward,
+                          --grads       b·c·e B----->                      2x read+write backward)
+
+      server r receives (K-1)·b(fP+1)·8 + (K-1)·b·c·e and sends (K-1)·b·c·e
+      (row-wise shards send partial sums of all c = D columns for every sample: the reduce-scatter)
+
+    data-parallel table (every rank a full copy): lookup 3·b·P·D·e, no all-to-all; gradients summed by
+      dp_grad="sparse": all-gather of the u rows this rank touched, (K-1)·(8 + u·(8 + D·e)) bytes sent,
+                        u = expected distinct ids among b·P draws (from the histogram, else uniform)
+      dp_grad="dense":  ring all-reduce of the whole gradient, 2(K-1)/K · R·D·e bytes sent
+      (the sharded engine's two modes, same names)
+
+    memory of a shard: rows · c · e · (1 + optimizer_slots)
+
+Costs are additive, so a table's cost to rank j is ``base`` (the client side of every shard, paid by every rank,
+or the whole data-parallel cost) plus, for each shard j holds, ``server - client`` — the form the partitioner
+balances. Seconds = bytes / the topology's bandwidths (``Topology.seconds``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from haloflow.errors import ConfigError
+from haloflow.partition.planner.types import (
+    RankCost,
+    ShardingPlan,
+    ShardingType,
+    Storage,
+    TableSpec,
+    Topology,
+    Traffic,
+)
+
+__all__ = ["EmbeddingCostModel", "PRECISIONS"]
+
+PRECISIONS = {2: "fp16", 4: "fp32", 8: "fp64"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class EmbeddingCostModel:
+    """Bytes per step of embedding shards, vectorised over shards (array arguments broadcast).
+
+    Args:
+        batch_size: global batch B, split over the K ranks (2048: a typical multi-GPU DLRM step; the
+            single-process Kaggle recipe uses 128 per step).
+        element_bytes: bytes per weight (4 = fp32).
+        optimizer_slots: optimizer state per weight, in weights: 0 for SGD, 1 for Adagrad, 2 for Adam.
+        index_bytes: bytes per id and per length in the input all-to-all (int64).
+        lookup_passes: gather forward (1) plus read and write of the sparse update backward (2).
+        dp_grad: how the engine sums data-parallel gradients, "sparse" (its default) or "dense".
+    """
+
+    batch_size: int = 2048
+    element_bytes: int = 4
+    optimizer_slots: float = 0.0
+    index_bytes: int = 8
+    lookup_passes: float = 3.0
+    dp_grad: str = "sparse"
+
+    def __post_init__(self) -> None:
+        for key in ("batch_size", "element_bytes", "index_bytes"):
+            v = getattr(self, key)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ConfigError(f"{key} must be an integer >= 1, got {v!r}")
+        if not self.optimizer_slots >= 0:
+            raise ConfigError(f"optimizer_slots must be >= 0 (SGD 0, Adagrad 1, Adam 2), got {self.optimizer_slots}")
+        if self.dp_grad not in ("sparse", "dense"):
+            raise ConfigError(f"dp_grad must be 'sparse' or 'dense', got {self.dp_grad!r}")
+        if not self.lookup_passes > 0:
+            raise ConfigError(f"lookup_passes must be > 0, got {self.lookup_passes}")
+
+    # --- per shard, vectorised ---------------------------------------------------------------------------
+    def server_traffic(self, k: int, pooling, share, cols) -> Traffic:
+        """What serving one model-parallel shard costs its own rank. Shapes: broadcastable arrays -> same."""
+        b, e = self.batch_size / k, self.element_bytes
+        ids = b * (share * pooling + 1) * self.index_bytes  # ids + lengths one client sends this shard
+        pooled = b * cols * e  # pooled (partial) vectors of one client's samples
+        return Traffic(
+            lookup=self.lookup_passes * self.batch_size * share * pooling * cols * e,
+            a2a_in=(k - 1) * (ids + pooled),  # ids forward + pooled gradients backward
+            a2a_out=(k - 1) * pooled,
+        )
+
+    def client_traffic(self, k: int, pooling, share, cols) -> Traffic:
+        """What one model-parallel shard costs each rank that does not hold it (zero when K == 1)."""
+        b, e = self.batch_size / k, self.element_bytes
+        ids = b * (share * pooling + 1) * self.index_bytes
+        pooled = b * cols * e
+        on = 1.0 if k > 1 else 0.0
+        return Traffic(lookup=0.0 * pooled, a2a_in=on * pooled, a2a_out=on * (ids + pooled))
+
+    def replica_traffic(self, k: int, rows, dim, pooling, unique=None) -> Traffic:
+        """What a data-parallel table costs every rank. ``unique``: distinct ids per rank per step (sparse mode;
+        default ``expected_unique`` for uniform ids). Shapes: broadcastable arrays -> same."""
+        e = self.element_bytes
+        if self.dp_grad == "dense":
+            sync = 2.0 * (k - 1) / k * rows * dim * e
+        else:
+            u = self.expected_unique(rows, self.batch_size / k * pooling) if unique is None else unique
+            sync = (k - 1) * (self.index_bytes + u * (self.index_bytes + dim * e))
+        return Traffic(lookup=self.lookup_passes * (self.batch_size / k) * pooling * dim * e, allreduce=sync)
+
+    @staticmethod
+    def expected_unique(rows, draws, probs: np.ndarray | None = None):
+        """Expected distinct rows among ``draws`` ids: uniform over ``rows``, or with per-row ``probs``.
+
+        sum over rows of 1 - (1 - p)^draws, in log space so that tiny p and huge draws stay exact.
+        """
+        if probs is None:
+            rows = np.asarray(rows, dtype=np.float64)
+            return rows * -np.expm1(draws * np.log1p(-1.0 / rows))
+        return float(np.sum(-np.expm1(draws * np.log1p(-np.minimum(probs, 1.0)))))
+
+    def table_unique(self, spec: TableSpec, k: int) -> float:
+        """Expected distinct ids of ``spec`` a rank touches per step (histogram bins spread evenly over rows)."""
+        draws = self.batch_size / k * spec.pooling_factor
+        if spec.id_frequencies is None:
+            return float(self.expected_unique(spec.num_rows, draws))
+        h = spec.id_frequencies
+        edges = np.floor(np.arange(h.size + 1) * spec.num_rows / h.size)
+        per_bin = np.diff(edges)  # (H,) rows in each bin
+        p = h / h.sum() / np.maximum(per_bin, 1)  # (H,) probability of each row in the bin
+        return float(np.sum(per_bin * -np.expm1(draws * np.log1p(-np.minimum(p, 1.0)))))
+
+    def shard_memory(self, rows, cols):
+        """Device bytes of a shard's weights and optimizer state."""
+        return rows * cols * self.element_bytes * (1.0 + self.optimizer_slots)
+
+    # --- describing tables (for messages) ----------------------------------------------------------------
+    def describe(self, spec: TableSpec) -> str:
+        """``10,131,227 x 16 fp32 + optimizer state = 1.21 GiB``."""
+        precision = PRECISIONS.get(self.element_bytes, f"{self.element_bytes}-byte")
+        opt = " + optimizer state" if self.optimizer_slots > 0 else ""
+        return f"{spec.num_rows:,} x {spec.dim} {precision}{opt} = {gib(self.shard_memory(spec.num_rows, spec.dim))}"
+
+    # --- a whole plan ------------------------------------------------------------------------------------
+    def rank_costs(self, plan: ShardingPlan, specs, topology: Topology) -> tuple[RankCost, ...]:
+        """Per-rank traffic, seconds and memory of ``plan`` (the planner's rating, recomputed from scratch).
+
+        Every rank pays the client side of every model-parallel shard and each data-parallel table; the rank
+        holding a shard pays ``server - client`` on top. One array pass over all shards.
+        """
+        k = plan.world_size
+        rank, rows, cols, pool, share, dim, dp = [], [], [], [], [], [], []  # one entry per shard
+        for tp, spec in zip(plan.tables, specs):
+            rank += [s.rank for s in tp.shards]
+            rows += [s.num_rows for s in tp.shards]
+            cols += [s.num_cols for s in tp.shards]
+            pool += [spec.pooling_factor] * len(tp.shards)
+            dim += [spec.dim] * len(tp.shards)
+            dp += [tp.sharding is ShardingType.DATA_PARALLEL] * len(tp.shards)
+            share.append(self.shard_shares(tp, spec))
+        rank, rows, cols, dim = (np.array(x, np.int64) for x in (rank, rows, cols, dim))
+        pool, dp = np.array(pool, np.float64), np.array(dp, bool)
+        share = np.concatenate(share) if share else np.zeros(0)
+        # Data-parallel replicas: shard on rank r costs r its replica traffic.
+        unique = np.array([self.table_unique(spec, k) for tp, spec in zip(plan.tables, specs)
+                           for _ in tp.shards if tp.sharding is ShardingType.DATA_PARALLEL])
+        rep = self.replica_traffic(k, rows[dp], dim[dp], pool[dp], unique)
+        # Model-parallel shards: client side everywhere, server - client where they live.
+        mp = ~dp
+        server = self.server_traffic(k, pool[mp], share[mp], cols[mp])
+        client = self.client_traffic(k, pool[mp], share[mp], cols[mp])
+        extra = server - client
+
+        def per_rank(rep_x, client_x, extra_x) -> np.ndarray:  # (K,); fields may be scalars (0.0)
+            n_dp, n_mp = int(dp.sum()), int(mp.sum())
+            return (np.bincount(rank[dp], np.broadcast_to(rep_x, n_dp), k)
+                    + np.broadcast_to(client_x, n_mp).sum()
+                    + np.bincount(rank[mp], np.broadcast_to(extra_x, n_mp), k))
+
+        fields = {f: per_rank(getattr(rep, f), getattr(client, f), getattr(extra, f))
+                  for f in ("lookup", "a2a_in", "a2a_out", "allreduce")}
+        memory = np.bincount(rank, self.shard_memory(rows, cols).astype(np.float64), k)  # (K,)
+        out = []
+        for j in range(k):
+            t = Traffic(**{f: float(v[j]) for f, v in fields.items()})
+            out.append(RankCost(j, float(topology.seconds(t)), Storage(device=float(memory[j])), t))
+        return tuple(out)
+
+    @staticmethod
+    def shard_shares(tp, spec: TableSpec) -> np.ndarray:
+        """Share of the table's lookups each shard serves: its rows' share (row-wise), else all of them."""
+        if tp.sharding is not ShardingType.ROW_WISE:
+            return np.ones(len(tp.shards))
+        bounds = np.array([s.row_offset for s in tp.shards] + [spec.num_rows])
+        return spec.lookup_share(bounds)
+
+
+def gib(nbytes: float) -> str:
+    """Bytes as ``1.21 GiB`` (``12.5 MiB``, ``3.0 KiB`` when smaller than 0.01 GiB or 0.01 MiB)."""
+    if abs(nbytes) >= 0.01 * 2**30 or nbytes == 0:
+        return f"{nbytes / 2**30:.2f} GiB"
+    if abs(nbytes) >= 0.01 * 2**20:
+        return f"{nbytes / 2**20:.2f} MiB"
+    return f"{nbytes / 2**10:.2f} KiB"

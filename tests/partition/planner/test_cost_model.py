@@ -1,0 +1,70 @@
+import numpy as np
+import pytest
+
+from haloflow.data.jagged import JaggedBatch
+from haloflow.engine.embedding_layout import EmbeddingLayout, predict_step_bytes
+from haloflow.errors import ConfigError
+from haloflow.partition.planner.cost_model import EmbeddingCostModel
+from haloflow.partition.planner.types import Shard, ShardingPlan, ShardingType, TablePlan, TableSpec, Topology
+
+DP, TW, RW, CW = ShardingType.DATA_PARALLEL, ShardingType.TABLE_WISE, ShardingType.ROW_WISE, ShardingType.COLUMN_WISE
+
+
+def test_hand_computed_costs_of_a_table_wise_and_a_replicated_table():
+    # K = 2, B = 4 (b = 2 per rank), fp32, int64 ids, 2 ids per sample, tables 10 x 4.
+    specs = [TableSpec(name="tw", num_rows=10, dim=4, pooling_factor=2.0),
+             TableSpec(name="dp", num_rows=10, dim=4, pooling_factor=2.0)]
+    plan = ShardingPlan(2, (TablePlan("tw", 0, TW, (Shard(0, 0, 10, 0, 4),)),
+                            TablePlan("dp", 1, DP, (Shard(0, 0, 10, 0, 4), Shard(1, 0, 10, 0, 4)))))
+    topo = Topology(world_size=2, memory_per_rank=1e6, lookup_bandwidth=1.0, a2a_bandwidth=1.0,
+                    allreduce_bandwidth=1.0)
+    dense, sparse = (EmbeddingCostModel(batch_size=4, optimizer_slots=1.0, dp_grad=g) for g in ("dense", "sparse"))
+    c0, c1 = dense.rank_costs(plan, specs, topo)
+    # tw on rank 0: ids+lengths from rank 1 = 2 samples * (2 + 1) * 8 = 48 B; pooled out 2 * 4 * 4 = 32 B, its
+    # gradient back 32 B; lookups 3 passes * 4 samples * 2 ids * 4 cols * 4 B = 384 B.
+    # dp on both: lookups 3 * 2 * 2 * 4 * 4 = 192 B; ring all-reduce 2 * (2-1)/2 * 10 * 4 * 4 = 160 B sent.
+    assert (c0.traffic.lookup, c0.traffic.a2a_in, c0.traffic.a2a_out, c0.traffic.allreduce) == (576, 80, 32, 160)
+    assert (c1.traffic.lookup, c1.traffic.a2a_in, c1.traffic.a2a_out, c1.traffic.allreduce) == (192, 32, 80, 160)
+    assert c0.cost == pytest.approx(576 + 80 + 32 + 160)
+    # memory: weights + one optimizer slot = 2 * 10 * 4 * 4 = 320 B per full table
+    assert (c0.memory.device, c1.memory.device) == (640, 320)
+    # sparse: all-gather of the distinct rows among 4 uniform draws from 10: u = 10 * (1 - 0.9^4) = 3.439,
+    # each sent as an int64 id and 4 fp32 values, plus one count: 8 + 3.439 * 24 B to the one peer
+    s0, s1 = sparse.rank_costs(plan, specs, topo)
+    assert s0.traffic.allreduce == pytest.approx(8 + 3.439 * 24) == s1.traffic.allreduce
+
+
+def test_bytes_sent_match_the_sharded_engines_accounting():
+    # K = 3, D = 8, B = 6 (2 per rank), 2 ids per sample; the row-wise table gets exactly half of every
+    # rank's ids in each row half, which is its expected share under uniform ids.
+    specs = [TableSpec(name=f"t{i}", num_rows=100, dim=8, pooling_factor=2.0) for i in range(3)]
+    plan = ShardingPlan(3, (
+        TablePlan("t0", 0, TW, (Shard(1, 0, 100, 0, 8),)),
+        TablePlan("t1", 1, RW, (Shard(2, 0, 50, 0, 8), Shard(0, 50, 50, 0, 8))),
+        TablePlan("t2", 2, CW, (Shard(0, 0, 100, 0, 4), Shard(1, 0, 100, 4, 4))),
+    ))
+    rng = np.random.default_rng(0)
+    bags = [[sorted(rng.integers(0, 100, 2).tolist()) for _ in range(6)] for _ in range(3)]
+    bags[1] = [[int(rng.integers(0, 50)), int(rng.integers(50, 100))] for _ in range(6)]
+    batch = JaggedBatch.from_lists(bags)
+    engine = predict_step_bytes(EmbeddingLayout.from_plan(plan, [100] * 3, 8), batch, [2, 2, 2])
+    topo = Topology(world_size=3, memory_per_rank=1e9)
+    costs = EmbeddingCostModel(batch_size=6).rank_costs(plan, specs, topo)
+    assert [c.traffic.a2a_out for c in costs] == pytest.approx([sum(e.values()) for e in engine])
+    # what is sent is received
+    assert sum(c.traffic.a2a_in for c in costs) == pytest.approx(sum(c.traffic.a2a_out for c in costs))
+
+
+def test_expected_unique_limits():
+    cm = EmbeddingCostModel()
+    assert cm.expected_unique(1e9, 100.0) == pytest.approx(100.0, rel=1e-6)  # few draws: all distinct
+    assert cm.expected_unique(10, 1e6) == pytest.approx(10.0)  # many draws: every row
+    hot = TableSpec(name="h", num_rows=1000, dim=4, id_frequencies=np.array([1.0] + [0.0] * 9))
+    assert cm.table_unique(hot, 1) == pytest.approx(100.0)  # all mass on the first 100 rows
+
+
+def test_config_errors():
+    with pytest.raises(ConfigError, match="dp_grad must be 'sparse' or 'dense', got 'ring'"):
+        EmbeddingCostModel(dp_grad="ring")
+    with pytest.raises(ConfigError, match="batch_size must be an integer >= 1, got 0"):
+        EmbeddingCostModel(batch_size=0)
