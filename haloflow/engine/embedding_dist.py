@@ -41,6 +41,8 @@ import torch.distributed as dist
 from torch import Tensor
 from torch.autograd import Function
 
+from haloflow.engine.halo import wait_work
+
 __all__ = [
     "CommStats",
     "Group",
@@ -99,13 +101,15 @@ def _record(stats: CommStats | None, kind: str, send_splits: Sequence[int], elem
 class AllToAllHandle:
     """A flat all-to-all in flight; ``wait()`` returns the received tensor (sources in rank order)."""
 
-    def __init__(self, work, output: Tensor):
+    def __init__(self, work, output: Tensor, kind: str = "all_to_all"):
         self._work = work
         self._output = output
+        self._kind = kind
 
     def wait(self) -> Tensor:
         if self._work is not None:
-            self._work.wait()  # blocks until every peer's block has arrived
+            # Blocks until every peer's block has arrived; a dead peer becomes a DistributedError.
+            wait_work(self._work, f"all-to-all ({self._kind})")
             self._work = None
         return self._output
 
@@ -137,7 +141,7 @@ def all_to_all(
         return AllToAllHandle(None, output)
     _record(stats, kind, send_splits, send.element_size(), dist.get_rank(group))
     work = dist.all_to_all_single(output, send.contiguous(), recv_splits, send_splits, group=group, async_op=True)
-    return AllToAllHandle(work, output)
+    return AllToAllHandle(work, output, kind)
 
 
 # --------------------------------------------------------------------------------------------- input dist

@@ -147,9 +147,9 @@ def predict_step_bytes(
     """Bytes each rank sends to other ranks in one step on the global ``batch`` split into ``batch_sizes``.
 
     Keys match ``CommStats``: ``input_lengths``, ``input_values``, ``pooled``, ``reduce_scatter`` (forward);
-    ``pooled_grad``, ``reduce_scatter_grad``, ``dp_grad_*`` and ``dense_allreduce`` (backward, with
-    ``backward=True``). Kinds that send nothing are left out. ``dense_params`` is the number of MLP weights
-    (their all-reduce payload is ``elem_size`` bytes each).
+    ``pooled_grad``, ``reduce_scatter_grad``, ``dp_grad_*`` and ``dense_grad`` (backward, with
+    ``backward=True``). Kinds that send nothing are left out. ``dense_params`` is the number of MLP weights;
+    their gradients are all-gathered (``BucketedGradSync``), so each rank sends them to each of its K-1 peers.
     """
     K, D = layout.world_size, layout.dim
     if len(batch_sizes) != K or sum(batch_sizes) != batch.batch_size:
@@ -182,6 +182,6 @@ def predict_step_bytes(
                 else:
                     b["dp_grad_allreduce"] = elem_size * D * sum(layout.table_rows[t] for t in layout.dp_tables)
             if dense_params and K > 1:
-                b["dense_allreduce"] = elem_size * dense_params
+                b["dense_grad"] = elem_size * dense_params * (K - 1)
         out.append({k: v for k, v in sorted(b.items()) if v})
     return out

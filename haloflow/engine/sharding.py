@@ -4,8 +4,9 @@ Applied in a fixed order (the model itself has no distributed code)::
 
     1. tables  -> ShardedEmbeddingCollection: this rank copies its shards' rows (and its data-parallel
                   replicas) out of the model's tables, so every layout starts from the same weights
-    2. MLPs    -> replicas of bottom and top (data-parallel); their gradients are all-reduced
-                  asynchronously, each as soon as backward has produced it, on a group of their own
+    2. MLPs    -> replicas of bottom and top (data-parallel); their gradients are summed over the ranks by
+                  ``BucketedGradSync`` (buckets all-gathered while backward runs, summed in rank order, so
+                  every replica stays bit-identical), on a process group of their own
     3. forward =  embed start (ids all-to-all, lookups, pooled exchange started)
                   -> bottom MLP (overlaps the exchange) -> wait -> interaction -> top MLP
 
@@ -15,7 +16,7 @@ One step on rank r of K, with the global batch of B samples split into contiguou
     loss = dlrm_loss(logits, labels_r, global_batch_size=B)   # sums to the single-process mean over ranks
     loss.backward(); model.finish_grad_sync(); sgd.step()
 
-The MLP gradients use a second process group so that their all-reduces, started from autograd hooks, can
+The MLP gradients use a second process group so that their collectives, started from autograd hooks, can
 never interleave differently with the embedding exchanges on different ranks.
 """
 
@@ -29,38 +30,14 @@ import torch.distributed as dist
 from torch import Tensor, nn
 
 from haloflow.data.jagged import JaggedBatch
+from haloflow.engine import halo
 from haloflow.engine.embedding_dist import CommStats, Group
+from haloflow.engine.grad_sync import BucketedGradSync
 from haloflow.engine.sharded_embedding import ShardedEmbeddingCollection, ShardedPooledHandle
 from haloflow.models.dlrm import DLRM, interaction
 from haloflow.partition.planner.types import ShardingPlan
 
-__all__ = ["DenseGradSync", "DistributedDLRM", "shard_dlrm"]
-
-
-class DenseGradSync:
-    """All-reduce (sum) of replicated parameters' gradients, each started as soon as backward produces it.
-
-    Args:
-        params: the replicated parameters (dense gradients).
-        group: a process group used only for these all-reduces (None: one process, nothing to do).
-        stats: counts the payload bytes under ``dense_allreduce``.
-    """
-
-    def __init__(self, params: Sequence[nn.Parameter], group: Group | None, stats: CommStats):
-        self.group, self.stats = group, stats
-        self._works: list = []
-        if group is not None:
-            for p in params:
-                p.register_post_accumulate_grad_hook(self._start)
-
-    def _start(self, p: Tensor) -> None:
-        self.stats.record("dense_allreduce", p.grad.numel() * p.grad.element_size())
-        self._works.append(dist.all_reduce(p.grad, group=self.group, async_op=True))
-
-    def wait(self) -> None:
-        for work in self._works:
-            work.wait()
-        self._works.clear()
+__all__ = ["DistributedDLRM", "shard_dlrm"]
 
 
 class DistributedDLRM(nn.Module):
@@ -77,7 +54,8 @@ class DistributedDLRM(nn.Module):
         self.bottom = copy.deepcopy(model.bottom)
         self.top = copy.deepcopy(model.top)
         self.stats = embeddings.stats
-        self._dense_sync = DenseGradSync(self.dense_parameters(), grad_group, self.stats)
+        self._grad_stats = halo.CommStats()
+        self._dense_sync = BucketedGradSync(self.dense_parameters(), grad_group, stats=self._grad_stats)
 
     def embed_start(self, sparse: JaggedBatch, batch_sizes: Sequence[int] | None = None) -> ShardedPooledHandle:
         return self.embeddings.start(sparse, batch_sizes)
@@ -95,6 +73,9 @@ class DistributedDLRM(nn.Module):
         """After backward: wait for the MLP all-reduces and sum the data-parallel tables' gradients."""
         self.embeddings.sync_grads()
         self._dense_sync.wait()
+        if self._grad_stats.grad_bytes:
+            self.stats.record("dense_grad", self._grad_stats.grad_bytes)  # sent to the K-1 peers
+            self._grad_stats.reset()
 
     def to_dlrm(self) -> DLRM:
         """The whole model on every rank (a collective): for checks against the single-process run and saving."""
