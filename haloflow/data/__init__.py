@@ -7,3 +7,10 @@ __all__ = ["CSRGraph", "GraphDataset", "data_root"]
 from haloflow.data.jagged import JaggedBatch
 
 __all__ += ["JaggedBatch"]
+from haloflow.data.convert import from_dgl, from_pyg
+from haloflow.data.ogb import read_ogb
+from haloflow.data.planetoid import read_planetoid
+from haloflow.data.readers import FORMATS, detect_format, read_dataset, read_pace, read_snap
+
+__all__ += ["read_snap", "read_pace", "read_ogb", "read_planetoid", "from_pyg", "from_dgl", "read_dataset",
+            "detect_format", "FORMATS"]

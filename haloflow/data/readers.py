@@ -143,7 +143,8 @@ def _parse_header(tb: TokenBlock, j: int) -> PaceHeader:
 def _pace_edges(tb: TokenBlock, body: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, tuple[int, str] | None]:
     """1-based ``(u, v)`` of the edge lines where ``body`` (L,) is True, and the first problem among them."""
     lead = tb.lead_byte()
-    arc = body & (lead == _A)
+    lone = tb.end[tb.line_start] - tb.start[tb.line_start] == 1  # the first token is one character
+    arc = body & (lead == _A) & lone
     plain = body & ~arc
     problems = []
     unknown = plain & ((lead < ord("0")) | (lead > ord("9"))) & (lead != ord("-"))

@@ -153,6 +153,7 @@ def test_read_pace_mixed_arc_and_plain_lines_tabs_crlf(tmp_path):
         ("p tw 3 1\n1 4\n", 2, "node id 4 is out of range"),
         ("p tw 3 2\n1 2\n1 2 3\n", 3, r"expected an edge line 'u v' or 'a u v \[weight\]', found '1 2 3'"),
         ("p sp 3 1\na 1\n", 2, "expected an edge line"),
+        ("p sp 3 1\nab 1 2\n", 2, "expected a 'c' comment, the 'p' header or an edge line .* found 'ab 1 2'"),
         ("p tw 3 1\n1 b\n", 2, "non-integer token 'b'"),
         ("p tw 3 1\n1 -2\n", 2, "negative node id -2"),
         ("p tw 3 1\n# 1 2\n", 2, "expected a 'c' comment, the 'p' header or an edge line .* found '# 1 2'"),
