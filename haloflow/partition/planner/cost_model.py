@@ -198,9 +198,10 @@ class EmbeddingCostModel:
 
 
 def gib(nbytes: float) -> str:
-    """Bytes as ``1.21 GiB`` (``12.5 MiB``, ``3.0 KiB`` when smaller than 0.01 GiB or 0.01 MiB)."""
+    """Bytes as ``1.21 GiB``; below 0.01 GiB in the largest unit that keeps a leading digit (``5.00 MiB``)."""
     if abs(nbytes) >= 0.01 * 2**30 or nbytes == 0:
         return f"{nbytes / 2**30:.2f} GiB"
-    if abs(nbytes) >= 0.01 * 2**20:
-        return f"{nbytes / 2**20:.2f} MiB"
-    return f"{nbytes / 2**10:.2f} KiB"
+    for unit, scale in (("MiB", 2**20), ("KiB", 2**10)):
+        if abs(nbytes) >= scale:
+            return f"{nbytes / scale:.2f} {unit}"
+    return f"{nbytes:.0f} B"

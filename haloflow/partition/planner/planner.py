@@ -35,7 +35,7 @@ from haloflow.partition.planner.types import (
     Topology,
 )
 
-__all__ = ["EmbeddingShardingPlanner", "plan_tables"]
+__all__ = ["EmbeddingShardingPlanner", "plan_tables", "lower_bound"]
 
 log = logging.getLogger(__name__)
 
@@ -109,15 +109,34 @@ def plan_tables(tables, topology: Topology, **stages) -> ShardingPlan:
 
 
 def lower_bound(options: OptionSet) -> float:
-    """No plan's slowest rank costs less: max(sum of each table's cheapest total / K, its cheapest peak)."""
+    """No plan's slowest rank costs less than this (seconds).
+
+    The larger of: the cheapest total cost / K, and the largest cost one table must put on a single rank.
+    The cheapest total respects memory as a fractional knapsack: replicating table t saves seconds but takes
+    (K-1) more copies of its bytes, and all copies must fit in the sum of the budgets.
+    """
     k = options.topology.world_size
-    budget = max(options.topology.memory_per_rank)
-    total, peak = 0.0, 0.0
+    budgets = options.topology.memory_per_rank
+    total, peak, room, gains = 0.0, 0.0, float(sum(budgets)), []
     for opts in options.options:
-        fit = [o for o in opts if o.max_memory <= budget] or list(opts)
-        total += min(o.total_cost for o in fit)
+        fit = [o for o in opts if o.max_memory <= (min(budgets) if o.fixed_ranks else max(budgets))] or list(opts)
         peak = max(peak, min(o.peak_cost for o in fit))
+        sharded = [o for o in fit if not o.fixed_ranks]
+        replica = min((o.total_cost for o in fit if o.fixed_ranks), default=np.inf)
+        if not sharded:  # replicas only
+            total += replica
+            room -= k * fit[0].max_memory
+            continue
+        best = min(o.total_cost for o in sharded)
+        size = float(min(o.shard_memory.sum() for o in sharded))
+        total += best
+        room -= size
+        if replica < best:
+            gains.append((best - replica, (k - 1) * size))
+    for gain, extra in sorted(gains, key=lambda g: -g[0] / max(g[1], 1e-300)):  # fractional knapsack
+        take = 1.0 if extra <= room else max(room, 0.0) / extra
+        total -= take * gain
+        room -= take * extra
+        if take < 1.0:
+            break
     return max(total / k, peak)
-
-
-__all__ += ["lower_bound"]

@@ -1,0 +1,100 @@
+import itertools
+
+import numpy as np
+import pytest
+
+from haloflow.errors import PlanError
+from haloflow.partition.planner.cost_model import EmbeddingCostModel
+from haloflow.partition.planner.enumerators import ShardingOptionEnumerator
+from haloflow.partition.planner.planner import EmbeddingShardingPlanner, lower_bound, plan_tables
+from haloflow.partition.planner.types import Shard, ShardingPlan, ShardingType, TablePlan, TableSpec, Topology
+
+DP, TW, RW = ShardingType.DATA_PARALLEL, ShardingType.TABLE_WISE, ShardingType.ROW_WISE
+MiB = 2**20
+
+
+def synthetic(n: int, seed: int) -> list[TableSpec]:
+    rng = np.random.default_rng(seed)
+    rows = (10 ** rng.uniform(1, 6.5, n)).astype(int) + 1
+    dims = rng.choice([8, 16, 32], n)
+    pool = 1 + np.round(rng.pareto(1.5, n), 1)
+    return [TableSpec(name=f"t{i}", num_rows=int(r), dim=int(d), pooling_factor=float(p))
+            for i, (r, d, p) in enumerate(zip(rows, dims, pool))]
+
+
+def test_tiny_tables_on_a_slow_network_are_replicated():
+    specs = [TableSpec(name="a", num_rows=8, dim=16), TableSpec(name="b", num_rows=5, dim=16)]
+    topo = Topology(world_size=2, memory_per_rank=MiB, a2a_bandwidth=1e6, allreduce_bandwidth=1e6)
+    plan = plan_tables(specs, topo)
+    assert plan.tables == (
+        TablePlan("a", 0, DP, (Shard(0, 0, 8, 0, 16), Shard(1, 0, 8, 0, 16))),
+        TablePlan("b", 1, DP, (Shard(0, 0, 5, 0, 16), Shard(1, 0, 5, 0, 16))),
+    )
+
+
+def test_a_table_too_big_for_any_rank_is_cut_into_row_blocks():
+    # 1,000,000 x 8 fp32 = 30.5 MiB; 10 MiB per rank: only 4 row blocks of 7.6 MiB fit (2 column blocks of
+    # 4 columns would need 15.3 MiB each)
+    specs = [TableSpec(name="big", num_rows=1_000_000, dim=8, pooling_factor=20.0)]
+    plan = plan_tables(specs, Topology(world_size=4, memory_per_rank=10 * MiB))
+    assert plan.tables == (TablePlan("big", 0, RW, tuple(Shard(s, 250_000 * s, 250_000, 0, 8) for s in range(4))),)
+    assert [c.memory.device for c in plan.per_rank] == [250_000 * 8 * 4] * 4
+
+
+def test_equal_tables_go_one_per_rank():
+    # replicas would need 4 x 61 MiB on every rank; the budget allows 1.5 tables
+    specs = [TableSpec(name=f"e{i}", num_rows=1_000_000, dim=16) for i in range(4)]
+    topo = Topology(world_size=4, memory_per_rank=92 * MiB)
+    plan = plan_tables(specs, topo)
+    assert plan.tables == tuple(TablePlan(f"e{i}", i, TW, (Shard(i, 0, 1_000_000, 0, 16),)) for i in range(4))
+    assert len({round(c.cost, 15) for c in plan.per_rank}) == 1  # perfectly balanced
+
+
+def test_infeasible_budget_says_how_much_is_missing_where():
+    specs = [TableSpec(name="t7", num_rows=10_131_227, dim=16), TableSpec(name="t8", num_rows=1000, dim=16)]
+    planner = EmbeddingShardingPlanner(Topology(world_size=2, memory_per_rank=0.5 * 2**30),
+                                       cost_model=EmbeddingCostModel(optimizer_slots=1.0))
+    with pytest.raises(PlanError, match=r"^table t7 \(10,131,227 x 16 fp32 \+ optimizer state = 1\.21 GiB\) does not "
+                                        r"fit.*: largest free budget 0\.50 GiB on rank 0; total needed 1\.21 GiB > "
+                                        r"total budget 1\.00 GiB$"):
+        planner.plan(specs)
+
+
+def test_plan_round_trips_through_json_and_validates(tmp_path):
+    specs = synthetic(30, seed=1)
+    plan = plan_tables(specs, Topology(world_size=3, memory_per_rank=2**30))
+    plan.validate(specs)
+    assert ShardingPlan.load(plan.save(tmp_path / "plan.json")) == plan
+
+
+@pytest.mark.parametrize("k", [2, 4])
+def test_slowest_rank_within_ten_percent_of_the_lower_bound(k):
+    specs = synthetic(120, seed=k)
+    topo = Topology(world_size=k, memory_per_rank=2**30)
+    plan = plan_tables(specs, topo)
+    bound = lower_bound(ShardingOptionEnumerator().enumerate(tuple(specs), topo))
+    assert bound <= plan.max_cost <= 1.10 * bound
+
+
+def test_matches_brute_force_on_three_tables():
+    # Every option of every table on every placement (distinct ranks per table), within memory.
+    specs = [TableSpec(name="x", num_rows=400_000, dim=16, pooling_factor=4.0),
+             TableSpec(name="y", num_rows=90_000, dim=16, pooling_factor=1.0),
+             TableSpec(name="z", num_rows=3_000, dim=8, pooling_factor=9.0)]
+    topo = Topology(world_size=3, memory_per_rank=20 * MiB)
+    options = ShardingOptionEnumerator().enumerate(tuple(specs), topo)
+    budget = np.array(topo.memory_per_rank)
+    best = np.inf
+    for combo in itertools.product(*options.options):
+        placements = [[tuple(range(3))] if o.fixed_ranks else list(itertools.permutations(range(3), o.num_shards))
+                      for o in combo]
+        for ranks in itertools.product(*placements):
+            load, mem = np.full(3, sum(o.base_cost for o in combo)), np.zeros(3)
+            for o, r in zip(combo, ranks):
+                np.add.at(load, list(r), o.shard_cost)
+                np.add.at(mem, list(r), o.shard_memory)
+            if np.all(mem <= budget):
+                best = min(best, load.max())
+    plan = plan_tables(specs, topo)
+    assert lower_bound(options) <= best * (1 + 1e-12)
+    assert best * (1 - 1e-12) <= plan.max_cost <= 1.10 * best
