@@ -1,0 +1,87 @@
+"""`haloflow plan-tables --tables kaggle --world-size K --memory-per-rank 2GiB`: plan embedding-table sharding.
+
+Parses the arguments into a `Topology` and an `EmbeddingCostModel`, reads the table specs and calls the
+planner; prints the plan as a table with per-rank cost and memory, and writes it as JSON with ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from haloflow.errors import ConfigError
+from haloflow.partition.planner.cost_model import EmbeddingCostModel
+from haloflow.partition.planner.planner import EmbeddingShardingPlanner
+from haloflow.partition.planner.report import plan_report
+from haloflow.partition.planner.specs import load_table_specs, parse_bytes
+from haloflow.partition.planner.storage_reservations import FixedFractionReservation
+from haloflow.partition.planner.types import Topology
+
+__all__ = ["register", "run"]
+
+_OPTIMIZER_SLOTS = {"sgd": 0.0, "adagrad": 1.0, "rowwise-adagrad": 0.0, "adam": 2.0}
+# field name in a ConfigError -> the flag a CLI user typed
+_FLAGS = {"world_size": "--world-size", "memory_per_rank": "--memory-per-rank", "batch_size": "--batch-size",
+          "lookup_bandwidth": "--lookup-bandwidth", "a2a_bandwidth": "--a2a-bandwidth",
+          "allreduce_bandwidth": "--allreduce-bandwidth", "reserved fraction": "--reserve"}
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "plan-tables",
+        help="plan how embedding tables are sharded over K ranks (data-parallel, table-, row-, column-wise)",
+        description="Choose per table between replication and table-, row- or column-wise sharding, and place the "
+        "shards on K ranks within their memory so that the slowest rank's estimated step cost is as low as "
+        "possible. Prints the plan with per-rank cost and memory; --out writes it as JSON.",
+    )
+    p.add_argument("--tables", required=True, metavar="SPEC",
+                   help="'kaggle' (the 26 Criteo Kaggle tables), a .json or .csv table file, or a folder written by "
+                   "`haloflow preprocess`")
+    p.add_argument("--world-size", type=int, required=True, metavar="K", help="number of ranks, >= 1")
+    p.add_argument("--memory-per-rank", required=True, metavar="SIZE",
+                   help="device memory each rank gives to tables and optimizer state, e.g. 2GiB; or one per rank, "
+                   "comma-separated")
+    p.add_argument("--batch-size", type=int, default=2048, help="global batch size (default 2048)")
+    p.add_argument("--dim", type=int, default=16, help="embedding dim where the tables do not say (default 16)")
+    p.add_argument("--optimizer", choices=sorted(_OPTIMIZER_SLOTS), default="sgd",
+                   help="sets the optimizer state kept per weight (default sgd: none)")
+    p.add_argument("--dp-grad", choices=("sparse", "dense"), default="sparse",
+                   help="how the engine sums replicated tables' gradients (default sparse)")
+    p.add_argument("--lookup-bandwidth", default="1.2TB", metavar="RATE",
+                   help="bytes/s of embedding lookups per rank (default 1.2TB)")
+    p.add_argument("--a2a-bandwidth", default="25GB", metavar="RATE",
+                   help="bytes/s a rank sends plus receives in all-to-alls (default 25GB)")
+    p.add_argument("--allreduce-bandwidth", default="25GB", metavar="RATE",
+                   help="all-reduce bus bandwidth in bytes/s (default 25GB)")
+    p.add_argument("--reserve", type=float, default=0.0, metavar="FRACTION",
+                   help="share of each rank's memory kept from the tables (default 0)")
+    p.add_argument("--out", metavar="FILE", help="write the plan as JSON (temporary file, then rename)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        memory = [parse_bytes(m, "--memory-per-rank") for m in args.memory_per_rank.split(",")]
+        topology = Topology(
+            world_size=args.world_size, memory_per_rank=tuple(memory),
+            lookup_bandwidth=parse_bytes(args.lookup_bandwidth, "--lookup-bandwidth"),
+            a2a_bandwidth=parse_bytes(args.a2a_bandwidth, "--a2a-bandwidth"),
+            allreduce_bandwidth=parse_bytes(args.allreduce_bandwidth, "--allreduce-bandwidth"),
+        )
+        cost_model = EmbeddingCostModel(batch_size=args.batch_size, optimizer_slots=_OPTIMIZER_SLOTS[args.optimizer],
+                                        dp_grad=args.dp_grad)
+        reservation = FixedFractionReservation(fraction=args.reserve)
+        if args.dim < 1:
+            raise ConfigError(f"--dim must be >= 1, got {args.dim}")
+    except ConfigError as err:
+        msg = str(err)
+        for field, flag in _FLAGS.items():
+            msg = msg.replace(field, flag)
+        raise ConfigError(msg) from None
+    specs = load_table_specs(args.tables, dim=args.dim)
+    plan = EmbeddingShardingPlanner(topology, cost_model=cost_model, reservation=reservation).plan(specs)
+    print(f"{len(specs)} tables ({args.tables}) on {topology.world_size} ranks, batch {args.batch_size}, "
+          f"optimizer {args.optimizer}")
+    print(plan_report(plan, specs))
+    if args.out:
+        print(f"plan written to {plan.save(args.out)}")
+    return 0
