@@ -30,6 +30,7 @@ import numpy as np
 from haloflow.data.graph import CSRGraph, GraphDataset
 from haloflow.errors import ConfigError
 from haloflow.partition.types import GraphPart, PartitionBook
+from haloflow.utils.arrays import sorted_unique
 
 if TYPE_CHECKING:
     from haloflow.partition.relabel import Relabelling
@@ -38,6 +39,8 @@ __all__ = ["HaloIndex", "HaloBuilder", "build_part", "build_parts"]
 
 # Edges handled per step of the global pass: bounds its temporaries to about 6 x 8 bytes x this (~200 MB).
 _CHUNK_EDGES = 1 << 22
+# Largest K x N for which the global pass marks keys in a byte map instead of sorting them (256 MiB).
+_DENSE_LIMIT = 1 << 28
 
 
 def _check_relabelling(graph: CSRGraph, relabelling: "Relabelling") -> None:
@@ -62,7 +65,8 @@ class HaloIndex:
     Shapes:
         in_edges: int64 (K,) edges whose destination part p owns; cut_edges: edges across parts.
 
-    Cost: O(E) gathers plus a sort of the cut edges' keys, chunk by chunk; memory O(N + H + chunk).
+    Cost: O(E) gathers, then either a byte map of K x N (small K x N) or a sort of the cut edges' keys;
+    memory O(N + H + chunk), plus K x N bytes for the byte map.
     """
 
     book: PartitionBook
@@ -72,16 +76,33 @@ class HaloIndex:
     cut_edges: int
 
     @classmethod
-    def build(cls, graph: CSRGraph, relabelling: "Relabelling", *, chunk_edges: int = _CHUNK_EDGES) -> "HaloIndex":
+    def build(
+        cls,
+        graph: CSRGraph,
+        relabelling: "Relabelling",
+        *,
+        chunk_edges: int = _CHUNK_EDGES,
+        dense_limit: int = _DENSE_LIMIT,
+    ) -> "HaloIndex":
+        """One pass over the edges in row chunks.
+
+        Args:
+            chunk_edges: edges per step (bounds the temporaries).
+            dense_limit: when K x N is at most this, the keys are collected in a byte map of K x N entries
+                (one scattered write per cut edge, one scan at the end: no sort); otherwise each chunk's keys are
+                sorted and the chunks merged by a final sort.
+        """
         _check_relabelling(graph, relabelling)
         book, n, k = relabelling.book, graph.num_nodes, relabelling.book.num_parts
         orig_to_new = relabelling.orig_to_new
         node_part = book.owner(orig_to_new).astype(np.int32)  # (N,) part of each original id
         in_deg = graph.in_degree()  # (N,)
         in_edges = np.bincount(node_part, weights=in_deg, minlength=k).astype(np.int64)  # (K,)
+        dense = k * n <= dense_limit
+        seen = np.zeros(k * n if dense else 0, dtype=bool)  # (K*N,) seen[dst_part * N + src_gid]
         # Row ranges holding about chunk_edges edges each (one huge row may make a bigger chunk).
         cuts = np.searchsorted(graph.indptr, np.arange(0, graph.num_edges, max(chunk_edges, 1)), side="right") - 1
-        cuts = np.unique(np.concatenate([cuts, [n]]))
+        cuts = sorted_unique(np.concatenate([cuts, [n]]))
         found, cut_edges = [], 0
         for r0, r1 in zip(cuts[:-1], cuts[1:]):
             e0, e1 = int(graph.indptr[r0]), int(graph.indptr[r1])
@@ -89,8 +110,15 @@ class HaloIndex:
             dst_part = np.repeat(node_part[r0:r1], in_deg[r0:r1])  # (e,)
             cross = node_part[src] != dst_part  # (e,)
             cut_edges += int(np.count_nonzero(cross))
-            found.append(np.unique(dst_part[cross].astype(np.int64) * n + orig_to_new[src[cross]]))
-        keys = np.unique(np.concatenate(found)) if found else np.zeros(0, np.int64)  # (H,)
+            keys = dst_part[cross].astype(np.int64) * n + orig_to_new[src[cross]]  # (cut in chunk,)
+            if dense:
+                seen[keys] = True
+            else:
+                found.append(sorted_unique(keys))
+        if dense:
+            keys = np.flatnonzero(seen).astype(np.int64)  # (H,) ascending by construction
+        else:
+            keys = sorted_unique(np.concatenate(found)) if found else np.zeros(0, np.int64)  # (H,)
         part_offsets = np.searchsorted(keys, np.arange(k + 1, dtype=np.int64) * n)  # (K+1,)
         return cls(book=book, keys=keys, part_offsets=part_offsets, in_edges=in_edges, cut_edges=cut_edges)
 
@@ -133,11 +161,14 @@ class HaloBuilder:
         # Global degrees indexed by new id: normalisation needs the whole graph's degrees, also for halo nodes.
         self.in_degree = graph.in_degree()[self.new_to_orig]  # (N,)
         self.out_degree = graph.out_degree()[self.new_to_orig]  # (N,)
+        # Scratch map new gid -> local id, refilled for each part's inner and halo nodes (the only gids read).
+        self._local_of = np.zeros(graph.num_nodes, dtype=np.int64)  # (N,)
 
     def build(self, k: int, dataset: GraphDataset | None = None) -> GraphPart:
         """The part k: local CSR over [inner | halo], halo groups, send lists, degrees, inner node data.
 
         Cost: O(in-edges of k) gathers plus one sort of them; O(K) slices for the send lists.
+        Not thread-safe: it reuses one scratch map.
         """
         book = self.book
         if not 0 <= k < book.num_parts:
@@ -161,10 +192,11 @@ class HaloBuilder:
         pos = np.arange(nnz, dtype=np.int64) + np.repeat(starts - indptr[:-1], counts)  # (nnz,)
         src = self.orig_to_new[self.graph.indices[pos]]  # (nnz,) new gids
         del pos
-        inner = (src >= lo) & (src < hi)  # (nnz,)
-        col = np.where(inner, src - lo, 0)  # (nnz,)
-        col[~inner] = n_inner + np.searchsorted(halo_gids, src[~inner])
-        del src, inner
+        local_of = self._local_of
+        local_of[lo:hi] = np.arange(n_inner, dtype=np.int64)
+        local_of[halo_gids] = np.arange(n_inner, num_local, dtype=np.int64)
+        col = local_of[src]  # (nnz,) local column ids
+        del src
         # Sort inside each row: rows are already grouped, so sorting row * num_local + col keeps them in place.
         row = np.repeat(np.arange(n_inner, dtype=np.int64), counts)  # (nnz,)
         key = row * num_local + col

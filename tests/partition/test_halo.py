@@ -40,15 +40,21 @@ def test_random_assignment_matches_brute_force(num_parts):
         assert parts[5].n_inner == 0 and parts[5].indices.size == 0
 
 
-def test_index_counts_cut_edges_and_is_chunk_independent():
+def test_index_same_whatever_the_chunks_or_the_key_collection():
     ds = small_dataset(seed=3)
     assign = np.random.default_rng(3).integers(0, 4, ds.num_nodes)
     rel = relabelling_from_parts(assign, 4)
     src, dst = ds.graph.edges()
     whole = HaloIndex.build(ds.graph, rel)
     chunked = HaloIndex.build(ds.graph, rel, chunk_edges=7)
-    assert whole.cut_edges == chunked.cut_edges == int(np.count_nonzero(assign[src] != assign[dst]))
-    assert np.array_equal(whole.keys, chunked.keys)
+    sorted_keys = HaloIndex.build(ds.graph, rel, chunk_edges=50, dense_limit=0)  # no byte map: sort and merge
+    assert whole.cut_edges == chunked.cut_edges == sorted_keys.cut_edges
+    assert whole.cut_edges == int(np.count_nonzero(assign[src] != assign[dst]))
+    assert np.array_equal(whole.keys, chunked.keys) and np.array_equal(whole.keys, sorted_keys.keys)
+    # Brute force: part p's halo = sources of cut edges into p, as new ids.
+    for p in range(4):
+        into_p = (assign[dst] == p) & (assign[src] != p)
+        assert whole.halo(p).tolist() == sorted(set(rel.orig_to_new[src[into_p]].tolist()))
     assert whole.in_edges.tolist() == np.bincount(assign[dst], minlength=4).tolist()
 
 
