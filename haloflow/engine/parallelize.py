@@ -1,0 +1,262 @@
+"""Turn the single-device GCN into the distributed one: `parallelize_gcn` and the `HaloAggregator`.
+
+The model (``haloflow.models.gcn``) has no distributed code; it calls ``agg.aggregate(layer, h)`` on the rows it
+owns. ``HaloAggregator`` implements that call on one part of the graph::
+
+    local CSR of part r (rows = inner nodes, columns = [inner | halo], values from GLOBAL degrees)
+
+               inner cols        halo cols
+             +-------------+------------------+
+    rows     |  A_inner    |     A_halo       |      y = A_inner @ x  +  A_halo @ halo(x)
+    (inner)  | (+ self-    | (n_inner, n_halo)|          (n_inner, F)     (n_inner, F)
+             |   loops)    |                  |
+             +-------------+------------------+
+
+    exact (default):   handle = exchange.start(x); y = A_inner @ x; y += A_halo @ handle.wait()
+    staleness = 1:     y = A_inner @ x + A_halo @ halo(x of the previous epoch)   (PipeGCN; gradients of the
+                       halo also arrive one epoch late, while this epoch's exchange runs in the background)
+    halo_keep = p < 1: each training epoch keeps a random fraction p of the halo rows, scaled by 1/p (BNS-GCN)
+
+Approximations apply only to training forwards (``set_epoch(epoch, training=True)`` with grad enabled); the
+precomputed layer 0 and evaluation always use exact halos.
+
+`parallelize_gcn` applies the distributed transforms in a fixed order: (1) check that every rank holds the same
+weights and a consistent part, (2) build the aggregator over the part, (3) hook the weight-gradient sync.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from haloflow.engine.grad_sync import BucketedGradSync, GradSyncConfig
+from haloflow.engine.halo import CommStats, HaloExchange, HaloSelection
+from haloflow.engine.halo_stale import StaleHalo
+from haloflow.errors import ConfigError, DistributedError
+from haloflow.models.aggregate import add_diagonal, normalized_values, self_loop_values
+from haloflow.models.spmm import DEFAULT_KERNEL, SparseOperator
+from haloflow.partition.types import GraphPart
+
+__all__ = ["HaloConfig", "HaloAggregator", "ParallelGCN", "parallelize_gcn", "split_part_operators"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, kw_only=True)
+class HaloConfig:
+    """How halos are exchanged during training.
+
+    Args:
+        staleness: 0 = exact; 1 = use the previous epoch's halo features and gradients (PipeGCN).
+        halo_keep: fraction p of halo rows kept per training epoch (BNS-GCN); 1.0 = all (exact).
+        seed: key of the halo sampling (together with the epoch).
+        kernel: SpMM kernel of the local operators (see ``haloflow.models.spmm``).
+    """
+
+    staleness: int = 0
+    halo_keep: float = 1.0
+    seed: int = 0
+    kernel: str = DEFAULT_KERNEL
+
+    def __post_init__(self) -> None:
+        if self.staleness not in (0, 1):
+            raise ConfigError(f"staleness must be 0 (exact) or 1 (previous epoch's halos), got {self.staleness}")
+        if not 0.0 < self.halo_keep <= 1.0:
+            raise ConfigError(f"halo_keep must be in (0, 1], got {self.halo_keep}")
+        if self.staleness and self.halo_keep < 1.0:
+            raise ConfigError("choose one approximation: staleness=1 or halo_keep < 1, not both")
+
+    @property
+    def exact(self) -> bool:
+        return self.staleness == 0 and self.halo_keep == 1.0
+
+
+def split_part_operators(part: GraphPart, norm: str, kernel: str = DEFAULT_KERNEL) -> tuple[SparseOperator, SparseOperator]:
+    """``(A_inner, A_halo)`` of a part: (n_inner, n_inner) with the self-loops, and (n_inner, n_halo).
+
+    Values come from ``normalized_values`` with the global degrees the part carries, so every edge has exactly
+    the value the single-device operator gives it.
+    """
+    n_inner, n_halo = part.n_inner, part.n_halo
+    indptr = np.asarray(part.indptr, dtype=np.int64)
+    indices = np.asarray(part.indices, dtype=np.int64)
+    deg = np.asarray(part.in_degree, dtype=np.int64)  # (n_inner + n_halo,) global in-degrees
+    values = normalized_values(indptr, indices, deg[:n_inner], deg, norm)  # (nnz,)
+    rows = np.repeat(np.arange(n_inner, dtype=np.int64), np.diff(indptr))  # (nnz,)
+    inner = indices < n_inner
+
+    def block(mask: np.ndarray, col_shift: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        counts = np.bincount(rows[mask], minlength=n_inner)
+        ptr = np.zeros(n_inner + 1, dtype=np.int64)
+        np.cumsum(counts, out=ptr[1:])
+        return ptr, indices[mask] - col_shift, values[mask]  # rows stay sorted: masking keeps the order
+
+    ip, ii, iv = block(inner, 0)
+    diag = self_loop_values(deg[:n_inner], norm)
+    if diag is not None:
+        ip, ii, iv = add_diagonal(ip, ii, iv, diag)
+    hp, hi, hv = block(~inner, n_inner)
+    a_inner = SparseOperator(ip, ii, iv, (n_inner, n_inner), kernel=kernel)
+    a_halo = SparseOperator(hp, hi, hv, (n_inner, n_halo), kernel=kernel)
+    return a_inner, a_halo
+
+
+class HaloAggregator:
+    """The distributed `Aggregator`: rows this rank owns, remote in-neighbours by halo exchange.
+
+    Args:
+        part: this rank's `GraphPart`.
+        group: the process group (None: single process; the part must then have no halo).
+        norm: "gcn" or "mean", as the model's config says.
+        config: exact / stale / sampled halos, see `HaloConfig`.
+        stats: counters of bytes and blocked time (the trainer resets them each epoch).
+
+    Shapes:
+        ``aggregate(layer, h)``: (n_inner, F) -> (n_inner, F).
+    """
+
+    def __init__(self, part: GraphPart, group=None, *, norm: str = "gcn", config: HaloConfig | None = None,
+                 stats: CommStats | None = None):
+        self.part = part
+        self.group = group
+        self.norm = norm
+        self.config = config or HaloConfig()
+        self.stats = stats if stats is not None else CommStats()
+        if group is None and part.n_halo:
+            raise ConfigError(f"part {part.part_id} has {part.n_halo} halo nodes but no process group was given")
+        self.a_inner, self.a_halo = split_part_operators(part, norm, self.config.kernel)
+        self._exact: dict[int, HaloExchange] = {}  # one per layer: buffers sized to that layer's width
+        self._stale: dict[int, StaleHalo] = {}
+        self._send_gids = part.inner_gids[np.asarray(part.send_ids, dtype=np.int64)]
+        self.epoch = 0
+        self.training = False
+        self.selection: HaloSelection | None = None  # this training epoch's kept halo rows (halo_keep < 1)
+
+    # -------------------------------------------------------------------------------------- epoch state
+    def set_epoch(self, epoch: int, training: bool) -> None:
+        """Tell the aggregator which epoch (sampling key) and whether this forward trains."""
+        self.epoch, self.training = int(epoch), bool(training)
+        self.selection = None
+        if training and self.config.halo_keep < 1.0:
+            p = self.part
+            self.selection = HaloSelection.sample(
+                rank=p.part_id, send_gids=self._send_gids, send_offsets=np.asarray(p.send_offsets),
+                halo_gids=np.asarray(p.halo_gids), halo_offsets=np.asarray(p.halo_offsets),
+                keep=self.config.halo_keep, seed=self.config.seed, epoch=epoch,
+            )
+
+    def finish(self) -> None:
+        """Wait for exchanges still in flight (stale mode launches one per layer for an epoch that never comes)."""
+        for stale in self._stale.values():
+            stale.finish()
+
+    # -------------------------------------------------------------------------------------- aggregation
+    def aggregate(self, layer: int, h: torch.Tensor) -> torch.Tensor:
+        if h.dim() != 2 or h.shape[0] != self.part.n_inner:
+            raise ConfigError(f"aggregate expects h of shape ({self.part.n_inner}, F), got {tuple(h.shape)}")
+        approx = self.training and torch.is_grad_enabled()
+        if approx and self.config.staleness:
+            halo = self._stale_exchange(layer).apply(h)  # (n_halo, F) from the previous epoch
+            return self.a_inner @ h + self.a_halo @ halo
+        handle = self._exchange(layer).start(h, self.selection if approx else None)  # async, returns at once
+        y = self.a_inner @ h  # (n_inner, F) while the halo is in flight
+        return y + self.a_halo @ handle.wait()  # (n_inner, F)
+
+    def _exchange(self, layer: int) -> HaloExchange:
+        if layer not in self._exact:
+            self._exact[layer] = HaloExchange.from_part(
+                self.part, self.group, name=f"halo exchange of layer {layer}", stats=self.stats
+            )
+        return self._exact[layer]
+
+    def _stale_exchange(self, layer: int) -> StaleHalo:
+        if layer not in self._stale:
+            ex = HaloExchange.from_part(self.part, self.group, name=f"stale halo exchange of layer {layer}",
+                                        stats=self.stats, num_slots=2)
+            self._stale[layer] = StaleHalo(ex)
+        return self._stale[layer]
+
+    def halo_rows(self) -> int:
+        """Rows this rank receives per exact exchange (= rows it sends back in backward)."""
+        return self.part.n_halo
+
+    def __repr__(self) -> str:
+        return (f"HaloAggregator(part={self.part.part_id}, inner={self.part.n_inner:,}, halo={self.part.n_halo:,}, "
+                f"norm={self.norm!r}, {self.config})")
+
+
+class ParallelGCN(NamedTuple):
+    """What `parallelize_gcn` returns: the (unchanged) model, its aggregator and the gradient sync."""
+
+    model: nn.Module
+    aggregator: HaloAggregator
+    grad_sync: BucketedGradSync
+
+
+def _check_consistent(model: nn.Module, part: GraphPart, group) -> None:
+    """Every rank must hold part ``rank`` of a K = world-size partition and the same initial weights."""
+    world, rank = dist.get_world_size(group), dist.get_rank(group)
+    if part.num_parts != world:
+        raise ConfigError(f"the partition has {part.num_parts} parts but {world} processes were started: "
+                          f"run with --nproc-per-node {part.num_parts}")
+    if part.part_id != rank:
+        raise ConfigError(f"rank {rank} was given part {part.part_id}; rank r must load part r")
+    with torch.no_grad():
+        checksum = sum(float(p.double().sum()) for p in model.parameters())
+    row = torch.tensor(
+        [checksum, *part.send_counts().tolist(), *part.recv_counts().tolist()], dtype=torch.float64
+    )  # (1 + 2K,)
+    rows = torch.empty(world, row.numel(), dtype=torch.float64)
+    try:
+        dist.all_gather(list(rows.unbind(0)), row, group=group)
+    except RuntimeError as err:
+        raise DistributedError(f"rank {rank}: start-up check failed ({str(err).splitlines()[0]})") from err
+    sums = rows[:, 0]
+    if not torch.all(sums == sums[0]):
+        raise DistributedError(f"ranks start from different weights (parameter sums {sums.tolist()}); "
+                               "use the same model seed everywhere")
+    send = rows[:, 1 : 1 + world].long()  # send[p, q] = rows p sends to q
+    recv = rows[:, 1 + world :].long()  # recv[q, p] = rows q receives from p
+    if not torch.equal(send, recv.t()):
+        bad = (send != recv.t()).nonzero()[0].tolist()
+        raise DistributedError(
+            f"parts disagree: part {bad[0]} sends {int(send[bad[0], bad[1]])} rows to part {bad[1]}, which expects "
+            f"{int(recv[bad[1], bad[0]])}; were all parts loaded from the same partition folder?"
+        )
+
+
+def parallelize_gcn(
+    model: nn.Module,
+    part: GraphPart,
+    group=None,
+    *,
+    halo: HaloConfig | None = None,
+    grad_sync: GradSyncConfig | None = None,
+    stats: CommStats | None = None,
+) -> ParallelGCN:
+    """Make ``model`` (a `haloflow.models.GCN`) train on ``part`` as one of ``group``'s ranks.
+
+    The model object is left as it is (weights replicated on every rank); the returned aggregator is what
+    the model's forward is given, and ``grad_sync.wait()`` must run between ``backward()`` and the optimizer step.
+
+    Raises:
+        ConfigError: the partition's K differs from the world size, or rank r was not given part r.
+        DistributedError: ranks hold different weights or inconsistent parts.
+    """
+    stats = stats if stats is not None else CommStats()
+    norm = getattr(getattr(model, "config", None), "norm", "gcn")
+    # 1. layout and weights agree across ranks (one small all-gather at start-up)
+    if group is not None:
+        _check_consistent(model, part, group)
+    # 2. the distributed aggregation over this part
+    aggregator = HaloAggregator(part, group, norm=norm, config=halo, stats=stats)
+    # 3. weight gradients summed across ranks in buckets, launched from parameter hooks during backward
+    sync = BucketedGradSync(model.parameters(), group, grad_sync, stats)
+    log.info("parallelized: %r", aggregator)
+    return ParallelGCN(model, aggregator, sync)
