@@ -14,3 +14,10 @@ from haloflow.data.readers import FORMATS, detect_format, read_dataset, read_pac
 
 __all__ += ["read_snap", "read_pace", "read_ogb", "read_planetoid", "from_pyg", "from_dgl", "read_dataset",
             "detect_format", "FORMATS"]
+from haloflow.data.clicks import ClickLogConfig, ClickLogGenerator
+from haloflow.data.criteo import CriteoPreprocessConfig, preprocess_criteo
+from haloflow.data.criteo_loader import ClickLoader, ClickLoaderConfig
+from haloflow.data.jagged import ClickBatch
+
+__all__ += ["ClickBatch", "ClickLoader", "ClickLoaderConfig", "ClickLogConfig", "ClickLogGenerator",
+            "CriteoPreprocessConfig", "preprocess_criteo"]

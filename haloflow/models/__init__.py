@@ -27,3 +27,7 @@ __all__ = [
     "SparseOperator",
     "csr_transpose",
 ]
+
+from haloflow.models.dlrm import DLRM, DLRMConfig, EmbeddingTables, dlrm_loss, interaction
+
+__all__ += ["DLRM", "DLRMConfig", "EmbeddingTables", "dlrm_loss", "interaction"]

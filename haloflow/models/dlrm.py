@@ -143,20 +143,13 @@ class EmbeddingTables(nn.Module):
         T, B = sparse.lengths.shape
         if T != len(self.tables):
             raise ConfigError(f"sparse batch has {T} features but the model has {len(self.tables)} tables")
-        bag_offsets = sparse.bag_offsets()  # (T, B+1), each row starts at 0
-        # One read of T+1 numbers to slice the values per table (a device sync on an accelerator).
-        bounds = sparse.feature_offsets().tolist()
+        bag_offsets = sparse.bag_offsets().unbind(0)  # T x (B+1,), each starting at 0
+        # One read of T numbers to cut the values per table (a device sync on an accelerator).
+        per_table = sparse.values.split(sparse.lengths.sum(1).tolist())  # T x (nnz_t,) views
         pooled = [
-            F.embedding_bag(
-                sparse.values[bounds[t] : bounds[t + 1]],  # (nnz_t,)
-                bag.weight,
-                bag_offsets[t],  # (B+1,)
-                mode="sum",
-                sparse=True,
-                include_last_offset=True,
-            )
-            for t, bag in enumerate(self.tables)
-        ]  # T x (B, D)
+            F.embedding_bag(ids, bag.weight, offsets, mode="sum", sparse=True, include_last_offset=True)  # (B, D)
+            for ids, offsets, bag in zip(per_table, bag_offsets, self.tables)
+        ]
         return torch.stack(pooled, dim=1)  # (B, T, D)
 
     def start(self, sparse: JaggedBatch) -> PooledHandle:
