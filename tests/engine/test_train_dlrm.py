@@ -1,0 +1,91 @@
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from haloflow.engine.embedding_layout import EmbeddingLayout
+from haloflow.engine.train_dlrm import DLRMTrainConfig, auc_rank_sum, table_wise_plan, train_dlrm
+from haloflow.errors import ConfigError
+from haloflow.partition.planner.types import Shard, ShardingPlan, ShardingType, TablePlan
+from tests.conftest import REPO
+
+SMALL = dict(synthetic=True, synthetic_max_rows=40, synthetic_train=160, synthetic_val=96, batch_size=32,
+             embedding_dim=4, bottom_mlp=(8,), top_mlp=(8,), log_every=1, progress=False)
+
+
+def test_auc_equals_the_pairwise_count_with_ties(rng):
+    scores = torch.from_numpy(rng.integers(0, 6, 200).astype(np.float32))  # many ties
+    labels = torch.from_numpy(rng.integers(0, 2, 200).astype(np.float32))
+    pos, neg = scores[labels == 1], scores[labels == 0]
+    pairs = (pos[:, None] > neg[None, :]).double().sum() + 0.5 * (pos[:, None] == neg[None, :]).double().sum()
+    assert auc_rank_sum(scores, labels) == pytest.approx(float(pairs) / (len(pos) * len(neg)), abs=1e-12)
+    assert auc_rank_sum(torch.tensor([0.1, 0.9, 0.5]), torch.tensor([0.0, 1.0, 0.0])) == 1.0
+    assert np.isnan(auc_rank_sum(torch.tensor([0.1, 0.2]), torch.tensor([1.0, 1.0])))
+
+
+def test_config_needs_exactly_one_data_source_and_a_positive_lr(tmp_path):
+    with pytest.raises(ConfigError, match="exactly one of data"):
+        DLRMTrainConfig(data=tmp_path, synthetic=True)
+    with pytest.raises(ConfigError, match="exactly one of data"):
+        DLRMTrainConfig()
+    with pytest.raises(ConfigError, match="lr must be a finite number > 0, got -1"):
+        DLRMTrainConfig(synthetic=True, lr=-1)
+
+
+def test_table_wise_plan_puts_the_largest_tables_on_the_emptiest_rank():
+    plan = table_wise_plan((100, 10, 60, 50), 4, 2)
+    assert [tp.shards[0].rank for tp in plan.tables] == [0, 0, 1, 1]  # 100 + 10 | 60 + 50
+    EmbeddingLayout.from_plan(plan, (100, 10, 60, 50), 4)  # a valid plan
+
+
+def test_single_process_run_is_deterministic_and_writes_records(tmp_path):
+    a = train_dlrm(DLRMTrainConfig(**SMALL, metrics_path=tmp_path / "m.jsonl"))
+    b = train_dlrm(DLRMTrainConfig(**SMALL))
+    assert a.steps == 5 and a.losses == b.losses and a.val_auc == b.val_auc
+    lines = [json.loads(x) for x in (tmp_path / "m.jsonl").read_text().splitlines()]
+    assert [r["kind"] for r in lines] == ["train"] * 5 + ["eval"]
+    assert lines[-1]["val_logloss"] == pytest.approx(a.val_logloss) and 0 <= lines[-1]["val_auc"] <= 1
+
+
+def _mixed_plan_26(dim: int) -> ShardingPlan:
+    from haloflow.data.clicks import ClickLogConfig
+
+    rows = ClickLogConfig(max_rows=SMALL["synthetic_max_rows"], scale=1e-3).sizes
+    tables = []
+    for t, n in enumerate(rows):
+        if t == 0:
+            kind, shards = ShardingType.DATA_PARALLEL, (Shard(0, 0, n, 0, dim), Shard(1, 0, n, 0, dim))
+        elif t == 2 and n >= 2:
+            kind, shards = ShardingType.ROW_WISE, (Shard(1, 0, n // 2, 0, dim), Shard(0, n // 2, n - n // 2, 0, dim))
+        elif t == 3:
+            kind, shards = ShardingType.COLUMN_WISE, (Shard(0, 0, n, 0, 1), Shard(1, 0, n, 1, dim - 1))
+        else:
+            kind, shards = ShardingType.TABLE_WISE, (Shard(t % 2, 0, n, 0, dim),)
+        tables.append(TablePlan(f"t{t}", t, kind, shards))
+    return ShardingPlan(2, tuple(tables))
+
+
+@pytest.mark.slow
+def test_two_ranks_through_the_cli_match_one_process(tmp_path):
+    plan = _mixed_plan_26(SMALL["embedding_dim"]).save(tmp_path / "plan.json")
+    one = train_dlrm(DLRMTrainConfig(**SMALL))
+    cmd = [sys.executable, "-m", "haloflow.cli.train_dlrm", "--synthetic", "--nproc", "2", "--plan", str(plan),
+           "--synthetic-max-rows", "40", "--synthetic-train", "160", "--synthetic-val", "96", "--batch-size", "32",
+           "--embedding-dim", "4", "--bottom-mlp", "8", "--top-mlp", "8", "--log-every", "1", "--no-progress",
+           "--metrics", str(tmp_path / "m.jsonl")]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=REPO, env=env)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    records = [json.loads(x) for x in (tmp_path / "m.jsonl").read_text().splitlines()]
+    stdout = [json.loads(x) for x in proc.stdout.splitlines() if x.startswith("{")]
+    assert stdout == records  # rank 0 printed every record once
+    losses = [r["loss"] for r in records if r["kind"] == "train"]
+    torch.testing.assert_close(torch.tensor(losses), torch.tensor(one.losses))
+    final = records[-1]
+    assert final["world_size"] == 2 and final["comm_bytes_per_step"] > 0
+    assert final["val_logloss"] == pytest.approx(one.val_logloss, rel=1e-5)
+    assert final["val_auc"] == pytest.approx(one.val_auc, abs=1e-6)
