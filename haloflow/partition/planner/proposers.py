@@ -35,18 +35,24 @@ class GreedyProposer(Proposer):
     tables_per_step: costliest tables on the slowest rank to re-shard per neighbourhood.
     options_per_table: alternatives tried for each of them.
     memory_slack: share of the smallest budget the first proposal may plan to fill (in (0, 1]).
+    plateau_tolerance: loads within this relative difference count as equal when the search compares
+        placements, so that it may cut one of two equally slow ranks' tables even though the cut adds a little
+        client cost to every rank (the planner still returns the strictly best placement it saw).
     """
 
     max_proposals: int = 48
     tables_per_step: int = 6
     options_per_table: int = 2
     memory_slack: float = 0.95  # replicas may fill this share of the smallest budget, leaving room to pack
+    plateau_tolerance: float = 0.005  # splitting a table adds a little to every rank; see the class docstring
     _options: OptionSet | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         for key in ("max_proposals", "tables_per_step", "options_per_table"):
             if getattr(self, key) < 1:
                 raise ConfigError(f"{key} must be >= 1, got {getattr(self, key)}")
+        if not 0 <= self.plateau_tolerance < 1:
+            raise ConfigError(f"plateau_tolerance must be in [0, 1), got {self.plateau_tolerance}")
         if not 0 < self.memory_slack <= 1:
             raise ConfigError(f"memory_slack must be in (0, 1], got {self.memory_slack}")
 
@@ -111,7 +117,7 @@ class GreedyProposer(Proposer):
                 fix = self._free_memory(self._current, t)
                 self._queue = [] if fix is None else [_with(self._current, *fix)]
             return
-        if self._best is None or placement.better_than(self._best):
+        if self._best is None or placement.better_than(self._best, rtol=self.plateau_tolerance):
             self._best = placement
             self._queue = self._neighbours(placement)
 
