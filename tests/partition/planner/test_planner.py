@@ -98,3 +98,14 @@ def test_matches_brute_force_on_three_tables():
     plan = plan_tables(specs, topo)
     assert lower_bound(options) <= best * (1 + 1e-12)
     assert best * (1 - 1e-12) <= plan.max_cost <= 1.10 * best
+
+
+def test_reservation_takes_its_share_of_every_budget():
+    from haloflow.partition.planner.storage_reservations import FixedFractionReservation
+
+    specs = [TableSpec(name="big", num_rows=1_000_000, dim=8)]  # 30.5 MiB
+    topo = Topology(world_size=1, memory_per_rank=40 * MiB)
+    assert plan_tables(specs, topo).per_rank[0].memory.device == 8_000_000 * 4
+    with pytest.raises(PlanError, match=r"largest free budget 20\.00 MiB on rank 0; total needed 30\.52 MiB > "
+                                        r"total budget 20\.00 MiB"):
+        plan_tables(specs, topo, reservation=FixedFractionReservation(fraction=0.5))
