@@ -27,10 +27,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from haloflow.data.criteo import KAGGLE_TABLE_SIZES
 from haloflow.data.criteo_loader import SPLITS, ClickParquetWriter, atomic_output_dir
 from haloflow.data.jagged import ClickBatch, JaggedBatch
 from haloflow.errors import ConfigError
-from haloflow.models.dlrm import KAGGLE_TABLE_SIZES
 
 __all__ = ["ClickLogConfig", "ClickLogGenerator", "CHUNK"]
 

@@ -53,6 +53,7 @@ from haloflow.data.criteo_loader import SPLITS, ClickParquetWriter, atomic_outpu
 from haloflow.errors import ConfigError, InputFormatError
 
 __all__ = [
+    "KAGGLE_TABLE_SIZES",
     "NUM_DENSE",
     "NUM_SPARSE",
     "NUM_FIELDS",
@@ -69,6 +70,11 @@ NUM_DENSE = 13
 NUM_SPARSE = 26
 NUM_FIELDS = 1 + NUM_DENSE + NUM_SPARSE  # 40
 MIN_FIELDS = 1 + NUM_DENSE  # trailing categoricals may be stripped, the label and integers may not
+# Rows of the 26 categorical tables of Criteo Kaggle (facebookresearch/dlrm, FACTS.md); 33,762,577 in all.
+KAGGLE_TABLE_SIZES: tuple[int, ...] = (
+    1460, 583, 10131227, 2202608, 305, 24, 12517, 633, 3, 93145, 5683, 8351593, 3194,
+    27, 14992, 5461306, 10, 5652, 2173, 4, 7046547, 18, 15, 286181, 105, 142572,
+)  # fmt: skip
 _DAY = re.compile(r"^day_(\d+)(\..*)?$")
 _INT = re.compile(r"-?[0-9]{1,18}")
 _HEX = re.compile(r"[0-9a-fA-F]{1,16}")

@@ -33,6 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from haloflow.data.criteo import KAGGLE_TABLE_SIZES
 from haloflow.data.jagged import JaggedBatch
 from haloflow.errors import ConfigError
 
@@ -47,11 +48,6 @@ __all__ = [
     "dlrm_loss",
 ]
 
-# Rows of the 26 categorical tables of Criteo Kaggle (facebookresearch/dlrm, FACTS.md); 33,762,577 in all.
-KAGGLE_TABLE_SIZES: tuple[int, ...] = (
-    1460, 583, 10131227, 2202608, 305, 24, 12517, 633, 3, 93145, 5683, 8351593, 3194,
-    27, 14992, 5461306, 10, 5652, 2173, 4, 7046547, 18, 15, 286181, 105, 142572,
-)  # fmt: skip
 
 
 @dataclass(frozen=True, kw_only=True)
