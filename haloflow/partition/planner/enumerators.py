@@ -2,7 +2,7 @@
 
 Options per table (K ranks), each split evenly unless said otherwise::
 
-    DATA_PARALLEL   one copy per rank
+    DATA_PARALLEL   one copy per rank (K > 1 only, unless it is the only kind allowed)
     TABLE_WISE      one shard
     ROW_WISE        S in {2, 4, 8, ...} and K (S <= K, S <= rows) row blocks; with an id-frequency histogram
                     also S blocks of equal lookup share (hot rows get short blocks)
@@ -63,7 +63,8 @@ class ShardingOptionEnumerator(Enumerator):
         pool = np.array([t.pooling_factor for t in tables], dtype=np.float64)  # (T,)
         per_table: list[list[ShardingOption]] = [[] for _ in tables]
         kinds = self.sharding_types
-        if ShardingType.DATA_PARALLEL in kinds:
+        if ShardingType.DATA_PARALLEL in kinds and (k > 1 or kinds == (ShardingType.DATA_PARALLEL,)):
+            # (on one rank a replica is the table-wise shard under another name)
             self._replicas(per_table, tables, k, rows, dims, pool, topology)
         if ShardingType.TABLE_WISE in kinds:
             self._split(per_table, ShardingType.TABLE_WISE, k, _even(rows, 1), _even(dims, 1), tables, pool,
