@@ -42,7 +42,7 @@ def parse_bytes(text: str, what: str = "size") -> float:
 
 def kaggle_tables(dim: int = 16) -> tuple[TableSpec, ...]:
     """The 26 Criteo Kaggle tables (one-hot: pooling factor 1)."""
-    from haloflow.models.dlrm import KAGGLE_TABLE_SIZES
+    from haloflow.data.criteo import KAGGLE_TABLE_SIZES
 
     return tuple(TableSpec(name=f"C{i + 1}", num_rows=n, dim=dim) for i, n in enumerate(KAGGLE_TABLE_SIZES))
 

@@ -5,7 +5,7 @@ import pytest
 
 from haloflow.data.clicks import ClickLogConfig, ClickLogGenerator
 from haloflow.errors import ConfigError, InputFormatError
-from haloflow.models.dlrm import KAGGLE_TABLE_SIZES
+from haloflow.data.criteo import KAGGLE_TABLE_SIZES
 from haloflow.partition.planner.specs import fold_histogram, kaggle_tables, load_table_specs, parse_bytes
 
 
