@@ -2,22 +2,17 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import numpy as np
 
-from haloflow.partition.types import PartitionBook
+from haloflow.partition.relabel import Relabelling, relabel
+from haloflow.partition.types import Assignment
 
 NODE_FIELDS = ("features", "labels", "train_mask", "val_mask", "test_mask")
 
 
-def relabelling_from_parts(parts: np.ndarray, num_parts: int):
-    """New ids: nodes sorted by part, original order inside a part (the contiguous-range rule of the book)."""
-    order = np.argsort(parts, kind="stable").astype(np.int64)
-    orig_to_new = np.empty_like(order)
-    orig_to_new[order] = np.arange(order.size)
-    bounds = np.concatenate([[0], np.cumsum(np.bincount(parts, minlength=num_parts))]).astype(np.int64)
-    return SimpleNamespace(book=PartitionBook(bounds), new_to_orig=order, orig_to_new=orig_to_new)
+def relabelling_from_parts(parts: np.ndarray, num_parts: int) -> Relabelling:
+    """The real relabelling of a hand-made assignment (nodes sorted by part, original order inside a part)."""
+    return relabel(Assignment(parts=np.asarray(parts, dtype=np.int64), num_parts=num_parts, method="hand-made"))
 
 
 def check_parts(graph, parts, new_to_orig, dataset=None) -> None:
