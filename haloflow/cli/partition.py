@@ -7,6 +7,7 @@ per-part table (inner, halo, halo/inner, edges), the edge cut, the balance, wall
 from __future__ import annotations
 
 import argparse
+import time
 
 from haloflow.data.readers import FORMATS
 from haloflow.errors import ConfigError
@@ -62,11 +63,13 @@ def run(args: argparse.Namespace) -> int:
             imbalance=args.imbalance, seed=args.seed,
         )
         check_output_dir(args.out, args.overwrite)  # fail before reading a large input
+        t = time.perf_counter()
         dataset = read_input(args.input, format=args.format, symmetrize=args.symmetrize)
+        read_s = time.perf_counter() - t
         summary = partition_dataset(dataset, config, args.out, overwrite=args.overwrite, progress=True)
     except ConfigError as err:
         raise _flag_names(err) from None
-    print(f"{dataset.name}: {dataset.num_nodes:,} nodes, {dataset.graph.num_edges:,} edges -> {config.num_parts} "
-          f"parts ({config.method}, seed {config.seed})")
+    print(f"{dataset.name}: {dataset.num_nodes:,} nodes, {dataset.graph.num_edges:,} edges (read in {read_s:.2f} s) "
+          f"-> {config.num_parts} parts ({config.method}, seed {config.seed})")
     print(summary.report())
     return 0
