@@ -4,7 +4,8 @@ A file is decompressed as a stream (gzip / xz / bz2 recognised by their magic by
 into blocks of whole lines. Each block is split into tokens by numpy on its bytes -- no Python loop per line::
 
     bytes   b"# c\\r\\n0\\t1\\r\\n2,3\\n"
-    tokens     #  c     0   1     2 3             separators: space, tab, comma, CR, LF (runs count once)
+    tokens     #  c     0   1     2 3             separators: space, tab, comma, CR, LF, other control bytes;
+                                                  a run of them counts once
     start      0  2     5   7    10 12            first byte of each token (int64, block offsets)
     end        1  3     6   8    11 13            one past its last byte
     line       1  1     2   2     3  3            1-based line number in the *file*
@@ -20,7 +21,6 @@ from __future__ import annotations
 
 import bz2
 import gzip
-import io
 import lzma
 import os
 from collections.abc import Iterator
@@ -32,31 +32,37 @@ from typing import BinaryIO
 import numpy as np
 
 from haloflow.errors import InputFormatError
+from haloflow.utils.progress import progress_bar
 
 __all__ = ["open_decompressed", "TokenBlock", "iter_token_blocks", "read_int_rows", "first_problem"]
 
 BLOCK_BYTES = 16 << 20  # decompressed bytes per block: ~10 bytes of temporaries per input byte at the peak
 _MAX_DIGITS = 18  # every 18-digit decimal fits in int64
 
-_SEPARATOR = np.zeros(256, dtype=bool)
-_SEPARATOR[[9, 10, 11, 12, 13, 32, 44]] = True  # \t \n \v \f \r space comma
-_NON_DIGIT = np.ones(256, dtype=bool)
-_NON_DIGIT[48:58] = False
+_COMMA, _NEWLINE, _ZERO, _NINE = 44, 10, 48, 57
 
-_MAGIC = [(b"\x1f\x8b", gzip.open), (b"\xfd7zXZ\x00", lzma.open), (b"BZh", bz2.open)]
+
+def _separators(buf: np.ndarray) -> np.ndarray:
+    """bool (B,): space, tab, CR, LF and the other ASCII control bytes, and commas (comparisons beat a lookup)."""
+    return (buf <= 32) | (buf == _COMMA)
+
+_MAGIC = [(b"\x1f\x8b", gzip.GzipFile), (b"\xfd7zXZ\x00", lzma.LZMAFile), (b"BZh", bz2.BZ2File)]
+
+
+def _decompressor(path: Path):
+    """The file class that decompresses ``path`` (recognised by its first bytes), or None for plain text."""
+    if path.is_dir():
+        raise IsADirectoryError(f"{path} is a folder, expected a file")
+    with open(path, "rb") as f:
+        head = f.read(6)
+    return next((cls for magic, cls in _MAGIC if head.startswith(magic)), None)
 
 
 def open_decompressed(path: str | os.PathLike) -> BinaryIO:
     """Open ``path`` for binary reading, decompressing gzip, xz or bz2 as recognised by the first bytes."""
     path = Path(path)
-    if path.is_dir():
-        raise IsADirectoryError(f"{path} is a folder, expected a file")
-    with open(path, "rb") as f:
-        head = f.read(6)
-    for magic, opener in _MAGIC:
-        if head.startswith(magic):
-            return opener(path, "rb")
-    return open(path, "rb")
+    cls = _decompressor(path)
+    return open(path, "rb") if cls is None else cls(path, "rb")
 
 
 def _iter_blocks(f: BinaryIO, block_bytes: int) -> Iterator[tuple[bytes, int]]:
@@ -122,8 +128,9 @@ class TokenBlock:
     @cached_property
     def non_numeric(self) -> np.ndarray:
         """bool (T,): the token holds a byte that is not a decimal digit (one pass over the block's bytes)."""
+        buf = self.buf
         flagged = np.zeros(self.start.shape[0], dtype=bool)
-        nd = np.flatnonzero(_NON_DIGIT[self.buf] & ~_SEPARATOR[self.buf])
+        nd = np.flatnonzero((buf > _NINE) | ((buf < _ZERO) & (buf > 32) & (buf != _COMMA)))
         if nd.size:
             flagged[np.searchsorted(self.start, nd, side="right") - 1] = True
         return flagged
@@ -137,11 +144,14 @@ class TokenBlock:
         s = self.start[tokens]
         length = self.end[tokens] - s
         bad = (length > _MAX_DIGITS) | self.non_numeric[tokens]
+        end = self.end[tokens]
         values = np.zeros(tokens.shape[0], dtype=np.int64)
-        last = self.buf.shape[0] - 1
-        for k in range(int(min(length.max(initial=0), _MAX_DIGITS))):
-            digit = self.buf[np.minimum(s + k, last)].astype(np.int64) - 48
-            np.copyto(values, values * 10 + digit, where=length > k)
+        width = int(min(length.max(initial=0), _MAX_DIGITS))
+        for k in range(width):  # digits right-aligned to `width`: a missing leading digit counts as 0
+            pos = end - (width - k)  # (n,)
+            digit = np.where(pos >= s, self.buf[np.maximum(pos, 0)] - np.uint8(_ZERO), np.uint8(0))
+            values *= 10
+            values += digit
         if not bad.any():
             return values, None
         i = int(tokens[np.argmax(bad)])
@@ -157,10 +167,10 @@ class TokenBlock:
 def _tokenize(path: str, block: bytes, first_line: int) -> TokenBlock:
     buf = np.frombuffer(block, dtype=np.uint8)  # (B,)
     content = np.zeros(buf.shape[0] + 2, dtype=bool)
-    np.logical_not(_SEPARATOR[buf], out=content[1:-1])
+    np.logical_not(_separators(buf), out=content[1:-1])
     edges = np.flatnonzero(content[1:] != content[:-1])  # alternating token starts and ends
     start, end = edges[0::2].astype(np.int64), edges[1::2].astype(np.int64)
-    newlines = np.flatnonzero(buf == 10)
+    newlines = np.flatnonzero(buf == _NEWLINE)
     line = np.searchsorted(newlines, start).astype(np.int64) + first_line  # (T,) newlines before + first line
     opens = np.ones(start.shape[0], dtype=bool)
     opens[1:] = line[1:] != line[:-1]
@@ -169,11 +179,26 @@ def _tokenize(path: str, block: bytes, first_line: int) -> TokenBlock:
     return TokenBlock(path, buf, start, end, line, line_start, line_count, newlines, first_line)
 
 
-def iter_token_blocks(path: str | os.PathLike, *, block_bytes: int = BLOCK_BYTES) -> Iterator[TokenBlock]:
-    """Tokenise a (possibly compressed) text file block by block."""
-    with open_decompressed(path) as raw:
-        f = io.BufferedReader(raw, buffer_size=1 << 20) if not isinstance(raw, io.BufferedReader) else raw
+def iter_token_blocks(
+    path: str | os.PathLike, *, block_bytes: int = BLOCK_BYTES, progress: bool = True
+) -> Iterator[TokenBlock]:
+    """Tokenise a (possibly compressed) text file block by block.
+
+    A progress bar over the bytes of the file on disk is drawn when ``progress`` and stderr is a terminal.
+    """
+    path = Path(path)
+    cls = _decompressor(path)
+    with open(path, "rb") as raw, progress_bar(
+        total=os.path.getsize(path), desc=f"reading {path.name}", unit="B", enabled=progress
+    ) as bar:
+        if cls is None:
+            f = raw
+        elif cls is gzip.GzipFile:
+            f = cls(fileobj=raw, mode="rb")
+        else:  # LZMAFile and BZ2File take a file object in place of a name
+            f = cls(raw, "rb")
         for block, first_line in _iter_blocks(f, block_bytes):
+            bar.update(raw.tell() - bar.n)  # compressed bytes consumed so far
             yield _tokenize(str(path), block, first_line)
 
 

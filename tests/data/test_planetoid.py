@@ -1,6 +1,5 @@
 import os
 import pickle
-import shutil
 from collections import defaultdict
 
 import numpy as np
