@@ -468,7 +468,8 @@ def preprocess_criteo(config: CriteoPreprocessConfig) -> PreprocessSummary:
             second = _Pass(config, bar)
             for parsed, gline in second.blocks():
                 if maps is not None:
-                    ids = np.stack([maps[j].lookup(parsed.values[:, j], parsed.missing[:, j]) for j in range(NUM_SPARSE)], 1)
+                    cols = [maps[j].lookup(parsed.values[:, j], parsed.missing[:, j]) for j in range(NUM_SPARSE)]
+                    ids = np.stack(cols, axis=1)  # (n, 26)
                 else:  # modulo: missing values were parsed as 0, so they land on id 0
                     ids = (parsed.values % np.uint64(config.max_ind_range)).astype(np.int64)  # (n, 26)
                 split_of = np.searchsorted(np.array([train_end, test_end]), gline, side="right")  # 0 train 1 test 2 val

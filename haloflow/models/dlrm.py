@@ -75,7 +75,7 @@ class DLRMConfig:
         object.__setattr__(self, "bottom_mlp", tuple(int(s) for s in self.bottom_mlp))
         object.__setattr__(self, "top_mlp", tuple(int(s) for s in self.top_mlp))
         if not self.table_sizes or min(self.table_sizes) < 1:
-            raise ConfigError(f"DLRMConfig.table_sizes must be a non-empty tuple of positive ints, got {self.table_sizes}")
+            raise ConfigError(f"DLRMConfig.table_sizes must be non-empty positive ints, got {self.table_sizes}")
         for name in ("num_dense", "embedding_dim"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"DLRMConfig.{name} must be >= 1, got {getattr(self, name)}")

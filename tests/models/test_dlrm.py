@@ -92,7 +92,7 @@ def test_loss_over_slices_adds_up_to_the_global_mean():
 
 
 def test_config_errors():
-    with pytest.raises(ConfigError, match="table_sizes must be a non-empty tuple"):
+    with pytest.raises(ConfigError, match="table_sizes must be non-empty positive ints"):
         DLRMConfig(table_sizes=())
     with pytest.raises(ConfigError, match="embedding_dim must be >= 1"):
         DLRMConfig(table_sizes=(3,), embedding_dim=0)
