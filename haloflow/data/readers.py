@@ -35,6 +35,7 @@ __all__ = ["read_snap", "read_pace", "PaceHeader", "read_dataset", "detect_forma
 log = logging.getLogger(__name__)
 
 FORMATS = ("auto", "snap", "pace", "ogb", "planetoid")
+_OPTIONS = {"snap": ("num_nodes",), "pace": (), "ogb": ("split", "symmetrize"), "planetoid": ("name",)}
 
 
 # --------------------------------------------------------------------------------------------- SNAP
@@ -236,6 +237,11 @@ def read_dataset(path: str | os.PathLike, format: str = "auto", **kw) -> GraphDa
     if format == "auto":
         format = detect_format(path)
         log.info("%s: detected format %s", path, format)
+    unknown = sorted(set(kw) - set(_OPTIONS[format]))
+    if unknown:
+        raise ConfigError(
+            f"format {format!r} takes no option {unknown[0]!r}: expected {' or '.join(_OPTIONS[format]) or 'none'}"
+        )
     stem = path.name.split(".")[0] or path.name
     if format == "snap":
         return GraphDataset(read_snap(path, **kw), name=stem)
