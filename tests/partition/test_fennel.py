@@ -1,0 +1,85 @@
+import gzip
+import math
+
+import numpy as np
+import pytest
+
+from haloflow.data.graph import CSRGraph
+from haloflow.errors import ConfigError
+from haloflow.partition.fennel import fennel_partition
+from haloflow.partition.metis import metis_partition, symmetric_adjacency
+from haloflow.partition.random import random_partition
+
+
+def planted(n: int = 2000, k: int = 4, deg: int = 8, p_in: float = 0.9, seed: int = 0) -> CSRGraph:
+    """k equal blocks; a fraction p_in of the edges stay inside a block. Ids are shuffled."""
+    rng = np.random.default_rng(seed)
+    block = rng.permutation(n) % k
+    src = rng.integers(0, n, n * deg // 2)
+    same = rng.random(src.size) < p_in
+    members = [np.flatnonzero(block == b) for b in range(k)]
+    dst = np.where(same, 0, rng.integers(0, n, src.size))
+    for b in range(k):
+        sel = same & (block[src] == b)
+        dst[sel] = rng.choice(members[b], sel.sum())
+    return CSRGraph.from_edges(src, dst, n, symmetrize=True, drop_self_loops=True)
+
+
+def cut(g: CSRGraph, parts: np.ndarray) -> int:
+    src, dst = g.edges()
+    return int((parts[src] != parts[dst]).sum())
+
+
+@pytest.mark.parametrize("order", ["bfs", "natural"])
+def test_cap_holds_and_cut_beats_random(order):
+    g = planted()
+    for k in (2, 4, 8):
+        parts = fennel_partition(g.indptr, g.indices, k, imbalance=1.05, order=order)
+        assert parts.dtype == np.int64 and parts.min() >= 0 and parts.max() < k
+        assert np.bincount(parts, minlength=k).max() <= math.floor(1.05 * g.num_nodes / k)
+        assert cut(g, parts) < 0.7 * cut(g, random_partition(g.num_nodes, k, seed=0))
+
+
+def test_memmap_chunks_give_the_in_memory_answer(tmp_path):
+    g = planted(seed=1)
+    np.save(tmp_path / "indptr.npy", g.indptr)
+    np.save(tmp_path / "indices.npy", g.indices)
+    indptr = np.load(tmp_path / "indptr.npy", mmap_mode="r")
+    indices = np.load(tmp_path / "indices.npy", mmap_mode="r")
+    assert isinstance(indices, np.memmap)
+    ref = fennel_partition(g.indptr, g.indices, 4, chunk_size=1 << 20)
+    assert np.array_equal(fennel_partition(indptr, indices, 4, chunk_size=97), ref)
+
+
+def test_deterministic_by_seed_and_edge_cases():
+    g = planted(n=500, seed=2)
+    a, b = (fennel_partition(g.indptr, g.indices, 4, seed=3) for _ in range(2))
+    assert np.array_equal(a, b)
+    assert np.array_equal(fennel_partition(g.indptr, g.indices, 1), np.zeros(500, dtype=np.int64))
+    one_each = fennel_partition(g.indptr, g.indices, 500)
+    assert np.array_equal(np.sort(one_each), np.arange(500))
+
+
+def test_bad_arguments():
+    g = planted(n=100)
+    with pytest.raises(ConfigError, match="order must be 'bfs' or 'natural', got 'dfs'"):
+        fennel_partition(g.indptr, g.indices, 2, order="dfs")
+    with pytest.raises(ConfigError, match="passes must be >= 1, got 0"):
+        fennel_partition(g.indptr, g.indices, 2, passes=0)
+
+
+def _snap(path) -> CSRGraph:
+    with gzip.open(path, "rt") as f:
+        e = np.loadtxt(f, dtype=np.int64, comments="#")
+    return CSRGraph.from_edges(e[:, 0], e[:, 1], int(e.max()) + 1, symmetrize=True, drop_self_loops=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["email-Enron.txt.gz", "soc-Slashdot0902.txt.gz"])
+def test_cut_within_1_5x_of_metis_on_real_social_graphs(shared_data, name):
+    g = _snap(shared_data / "graphs" / name)
+    xadj, adjncy = symmetric_adjacency(g.indptr, g.indices, g.num_nodes)
+    for k in (2, 8):
+        metis_cut = cut(g, metis_partition(xadj, adjncy, k))
+        fennel_cut = cut(g, fennel_partition(g.indptr, g.indices, k))
+        assert fennel_cut <= 1.5 * metis_cut, (k, fennel_cut, metis_cut)
