@@ -157,9 +157,9 @@ class TokenBlock:
         i = int(tokens[np.argmax(bad)])
         text, lineno = self.token_text(i), int(self.line[i])
         found = f"found {text!r} in line {self.line_text(lineno)!r}"
-        if text.startswith("-") and text[1:].isdigit():
+        if text.startswith("-") and text[1:].isascii() and text[1:].isdigit():
             return values, (lineno, f"negative {what} {text}: expected {what}s >= 0 ({found})")
-        if text.isdigit():
+        if text.isascii() and text.isdigit():
             return values, (lineno, f"{what} {text} has more than {_MAX_DIGITS} digits: expected a 64-bit integer")
         return values, (lineno, f"non-integer token {text!r}: expected an integer {what} ({found})")
 
