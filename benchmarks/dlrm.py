@@ -83,11 +83,12 @@ def plain_inputs(sparse):
 
 # ------------------------------------------------------------------------------------ one process
 def single_process(args, sizes) -> dict:
-    gen = ClickLogGenerator(ClickLogConfig(max_rows=args.max_rows, seed=0))
-    batches = list(gen.batches(args.batch_size, args.steps + args.warmup))
+    dev = torch.device(args.device)
+    gen = ClickLogGenerator(ClickLogConfig(max_rows=args.max_rows or None, seed=0))
+    batches = [b.to(dev) for b in gen.batches(args.batch_size, args.steps + args.warmup)]
     plain_batches = [plain_inputs(b.sparse) for b in batches]
-    model = DLRM(DLRMConfig(table_sizes=sizes))
-    plain = PlainDLRM(sizes)
+    model = DLRM(DLRMConfig(table_sizes=sizes)).to(dev)
+    plain = PlainDLRM(sizes).to(dev)
     copy_weights(model, plain)
     opt_h = torch.optim.SGD(model.parameters(), lr=0.1)
     opt_p = torch.optim.SGD(plain.parameters(), lr=0.1)
@@ -120,6 +121,8 @@ def single_process(args, sizes) -> dict:
             t0 = time.perf_counter()
             for i in range(lo, lo + chunk):
                 step(batches[i], plain_batches[i])
+            if dev.type == "cuda":
+                torch.cuda.synchronize()  # the clock stops when the device has finished
             rates[name].append(chunk * args.batch_size / (time.perf_counter() - t0))
     h, p = statistics.median(rates["haloflow"]), statistics.median(rates["plain"])
     return {"haloflow_samples_per_s": h, "plain_samples_per_s": p, "ratio": h / p, "target": TARGET,
@@ -154,7 +157,7 @@ def worker(args) -> None:
     from haloflow.partition.planner.types import TableSpec, Topology
 
     ctx = init_from_env(timeout_s=120, device="cpu")
-    gen = ClickLogGenerator(ClickLogConfig(max_rows=args.max_rows, seed=0))
+    gen = ClickLogGenerator(ClickLogConfig(max_rows=args.max_rows or None, seed=0))
     sizes = gen.sizes
     specs = [TableSpec(name=f"C{t + 1}", num_rows=n, dim=16) for t, n in enumerate(sizes)]
     # A budget below "every table on every rank" makes the planner shard the large tables.
@@ -216,7 +219,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup", type=int, default=5, help="untimed steps (one process: losses compared on these)")
     p.add_argument("--rounds", type=int, default=6, help="alternating timing rounds (one process)")
     p.add_argument("--batch-size", type=int, default=128)
-    p.add_argument("--max-rows", type=int, default=200_000, help="cap on a table's rows (Kaggle scaled down)")
+    p.add_argument("--max-rows", type=int, default=200_000,
+                   help="cap on a table's rows (Kaggle scaled down); 0: the full Kaggle sizes")
+    p.add_argument("--device", default="cpu", help="device of the one-process runs (the K-rank runs use gloo on CPU)")
     p.add_argument("--ranks", type=int, nargs="*", default=[2, 4])
     p.add_argument("--memory-factor", type=float, default=1.2,
                    help="planner's memory per rank = this x (all tables' bytes / K)")
@@ -230,12 +235,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(args.threads)
-    sizes = ClickLogConfig(max_rows=args.max_rows).sizes
-    print(f"tables: 26 Kaggle cardinalities capped at {args.max_rows:,} rows ({sum(sizes):,} rows in all), "
-          f"D=16, batch {args.batch_size}, torch threads {torch.get_num_threads()}")
+    sizes = ClickLogConfig(max_rows=args.max_rows or None).sizes
+    cap = f"capped at {args.max_rows:,} rows" if args.max_rows else "uncapped"
+    print(f"tables: 26 Kaggle cardinalities {cap} ({sum(sizes):,} rows in all), D=16, batch {args.batch_size}, "
+          f"one-process runs on {args.device} with {torch.get_num_threads()} torch threads")
     single = single_process(args, sizes)
     dist_results = [launch(args, k) for k in args.ranks]
-    print(f"{'run':<22} {'samples/s':>10} {'vs plain':>9}  notes")
+    print(f"{'run':<22} {'samples/s':>10} {'vs plain':>9}  notes (sharded rows: vs the one-process plain run)")
     print(f"{'plain PyTorch (K=1)':<22} {single['plain_samples_per_s']:>10.0f} {1.0:>9.2f}")
     print(f"{'haloflow DLRM (K=1)':<22} {single['haloflow_samples_per_s']:>10.0f} {single['ratio']:>9.2f}  "
           f"target >= {TARGET}: {'met' if single['meets_target'] else 'NOT met'}; "
@@ -245,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['samples_per_s'] / single['plain_samples_per_s']:>9.2f}  bytes/step/rank "
               f"{[round(b) for b in r['bytes_per_step_per_rank']]} = prediction: {r['bytes_equal_prediction']}; "
               f"plan {r['plan_kinds']}")
-    result = {"benchmark": "dlrm", "max_rows": args.max_rows, "table_rows_total": sum(sizes),
+    result = {"benchmark": "dlrm", "max_rows": args.max_rows, "device": args.device, "table_rows_total": sum(sizes),
               "batch_size": args.batch_size, "single_process": single, "sharded": dist_results}
     tmp = Path(args.out).with_name(f".{Path(args.out).name}.tmp-{os.getpid()}")
     tmp.write_text(json.dumps(result, indent=1) + "\n")

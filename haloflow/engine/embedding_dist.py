@@ -369,7 +369,8 @@ def sparse_grad_all_reduce(
     if group is None:
         return SparseGradHandle(None, local, None, stats)
     K = group_size(group)
-    counts = torch.tensor([g.indices().shape[1] for g in local], dtype=torch.int64)  # (n_tables,)
+    counts = torch.tensor([g.indices().shape[1] for g in local], dtype=torch.int64,
+                          device=local[0].device)  # (n_tables,)
     h = all_to_all(counts.repeat(K), [len(local)] * K, [len(local)] * K, group=group, stats=stats,
                    kind="dp_grad_counts")
     return SparseGradHandle(h, local, group, stats)

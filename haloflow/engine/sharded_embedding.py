@@ -22,6 +22,7 @@ Shapes:
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Sequence
 
 import torch
@@ -100,11 +101,17 @@ class ShardedEmbeddingCollection(nn.Module):
                                                    s.col_offset:s.col_offset + s.num_cols].clone())
             for s in self.slots
         ])
-        self._order = layout.output_order()
-        self._pooled_cols, self._rw_cols = layout.columns(rw=False), layout.columns(rw=True)
         self._pooled_w, self._rw_w = layout.widths(rw=False), layout.widths(rw=True)
-        self._rows = torch.tensor(layout.table_rows, dtype=torch.int64)
-        self._bounds = {t: torch.tensor(layout.row_bounds(t), dtype=torch.int64) for t in layout.rw_tables}
+        # Index tensors as buffers on the weights' device, so that ``.to(device)`` moves them with the weights.
+        dev = weights[0].device
+        self.register_buffer("_order", layout.output_order().to(dev), persistent=False)
+        self.register_buffer("_pooled_cols", layout.columns(rw=False).to(dev), persistent=False)
+        self.register_buffer("_rw_cols", layout.columns(rw=True).to(dev), persistent=False)
+        self.register_buffer("_rows", torch.tensor(layout.table_rows, dtype=torch.int64, device=dev),
+                             persistent=False)
+        for t in layout.rw_tables:
+            self.register_buffer(f"_bounds{t}", torch.tensor(layout.row_bounds(t), dtype=torch.int64, device=dev),
+                                 persistent=False)
 
     @classmethod
     def from_weights(cls, plan: ShardingPlan, weights: Sequence[Tensor], *, group: Group | None,
@@ -162,8 +169,9 @@ class ShardedEmbeddingCollection(nn.Module):
             return sizes
         if self.group is None:
             return [local]
-        out = [torch.zeros(1, dtype=torch.int64) for _ in range(K)]
-        dist.all_gather(out, torch.tensor([local], dtype=torch.int64), group=self.group)  # waits for all ranks
+        dev = self._rows.device
+        out = [torch.zeros(1, dtype=torch.int64, device=dev) for _ in range(K)]
+        dist.all_gather(out, torch.tensor([local], dtype=torch.int64, device=dev), group=self.group)  # a sync
         self.stats.record("batch_sizes", 8 * (K - 1))
         return [int(x) for x in out]
 
@@ -173,11 +181,11 @@ class ShardedEmbeddingCollection(nn.Module):
         # One pass over nnz: every id must name a row of its table (a remote rank could not say which).
         limit = torch.repeat_interleave(self._rows, bounds.diff())  # (nnz,)
         bad = (ids < 0) | (ids >= limit)
+        b = bounds.tolist()  # T+1 numbers (a device sync on an accelerator)
         if bool(bad.any()):
             i = int(bad.nonzero()[0])
-            t = int(torch.searchsorted(bounds, torch.tensor(i), right=True)) - 1
+            t = bisect.bisect_right(b, i) - 1
             raise ConfigError(f"sparse feature {t}: id {int(ids[i])} outside table {t}'s rows 0..{int(self._rows[t]) - 1}")
-        b = bounds.tolist()
         return [(sparse.lengths[t], ids[b[t]:b[t + 1]]) for t in range(sparse.num_features)]
 
     def _route(self, feats: list[tuple[Tensor, Tensor]], B: int) -> tuple[list[Tensor], list[Tensor]]:
@@ -185,10 +193,10 @@ class ShardedEmbeddingCollection(nn.Module):
         buckets: dict[tuple[int, int], tuple[Tensor, Tensor]] = {}
         for t in self.layout.rw_tables:
             lens, ids = feats[t]
-            bounds = self._bounds[t]  # (S+1,)
+            bounds = getattr(self, f"_bounds{t}")  # (S+1,)
             S = bounds.numel() - 1
             shard = torch.bucketize(ids, bounds[1:-1], right=True)  # (nnz_t,) shard position of every id
-            sample = torch.repeat_interleave(torch.arange(B), lens)  # (nnz_t,)
+            sample = torch.repeat_interleave(torch.arange(B, device=ids.device), lens)  # (nnz_t,)
             counts = torch.bincount(shard * B + sample, minlength=S * B).view(S, B)  # (S, B)
             order = torch.argsort(shard, stable=True)  # keeps sample order and in-bag order per shard
             local = ids[order] - bounds[shard[order]]  # row inside the shard
@@ -201,13 +209,14 @@ class ShardedEmbeddingCollection(nn.Module):
                 l_, v_ = buckets[(s.table, s.row_offset)] if s.sharding is RW else feats[s.table]
                 ls.append(l_)
                 vs.append(v_)
-            lengths.append(torch.stack(ls) if ls else torch.empty(0, B, dtype=torch.int64))  # (n_d, B)
-            values.append(torch.cat(vs) if vs else torch.empty(0, dtype=torch.int64))
+            dev = self._rows.device
+            lengths.append(torch.stack(ls) if ls else torch.empty(0, B, dtype=torch.int64, device=dev))  # (n_d, B)
+            values.append(torch.cat(vs) if vs else torch.empty(0, dtype=torch.int64, device=dev))
         return lengths, values
 
     def _dp_lookup(self, feats: list[tuple[Tensor, Tensor]], B: int) -> Tensor:
         out = [_bag(feats[t][1], feats[t][0], w) for t, w in zip(self.layout.dp_tables, self.replicas)]
-        return torch.cat(out, dim=1) if out else torch.zeros(B, 0)  # (B_r, n_dp * D)
+        return torch.cat(out, dim=1) if out else torch.zeros(B, 0, device=self._rows.device)  # (B_r, n_dp * D)
 
     def _shard_lookup(self, received, sizes: list[int]) -> list[Tensor]:
         """One pooled lookup per local slot over all B_global samples (sources in rank order)."""
@@ -227,7 +236,7 @@ class ShardedEmbeddingCollection(nn.Module):
 
     def _exchange(self, outputs: list[Tensor], sizes: list[int], rw: bool) -> PooledExchangeHandle:
         tables = self.layout.rw_tables if rw else self.layout.pooled_tables
-        send = torch.cat(outputs, dim=1) if outputs else torch.zeros(sum(sizes), 0)  # (B_global, W_self)
+        send = torch.cat(outputs, dim=1) if outputs else torch.zeros(sum(sizes), 0, device=self._rows.device)
         return pooled_exchange(
             send, sizes, self._rw_w if rw else self._pooled_w, self._rw_cols if rw else self._pooled_cols,
             len(tables) * self.layout.dim, group=self.group, stats=self.stats,
@@ -250,7 +259,8 @@ class ShardedEmbeddingCollection(nn.Module):
                 work.wait()
             return
         grads = [w.grad if w.grad is not None else torch.sparse_coo_tensor(
-            torch.empty(1, 0, dtype=torch.int64), torch.empty(0, w.shape[1]), tuple(w.shape)) for w in self.replicas]
+            torch.empty(1, 0, dtype=torch.int64, device=w.device), torch.empty(0, w.shape[1], device=w.device),
+            tuple(w.shape)) for w in self.replicas]
         summed = sparse_grad_all_reduce(grads, group=self.group, stats=self.stats).wait()
         for w, g in zip(self.replicas, summed):
             w.grad = g
@@ -264,7 +274,7 @@ class ShardedEmbeddingCollection(nn.Module):
         """
         L = self.layout
         sharded = [t for t in range(L.num_tables) if t not in L.dp_tables]
-        bufs = {t: torch.zeros(L.table_rows[t], L.dim) for t in sharded}
+        bufs = {t: torch.zeros(L.table_rows[t], L.dim, device=self._rows.device) for t in sharded}
         for s, w in zip(self.slots, self.shards):
             bufs[s.table][s.row_offset:s.row_offset + s.num_rows, s.col_offset:s.col_offset + s.num_cols] = w
         if sharded and self.group is not None:
@@ -279,6 +289,6 @@ class ShardedEmbeddingCollection(nn.Module):
 
 def _bag(ids: Tensor, lengths: Tensor, weight: Tensor) -> Tensor:
     """Sum-pooled bags with sparse gradients: ids (nnz,), lengths (B,) -> (B, cols)."""
-    offsets = torch.zeros(lengths.numel() + 1, dtype=torch.int64)
+    offsets = torch.zeros(lengths.numel() + 1, dtype=torch.int64, device=lengths.device)
     torch.cumsum(lengths, 0, out=offsets[1:])
     return F.embedding_bag(ids, weight, offsets, mode="sum", sparse=True, include_last_offset=True)

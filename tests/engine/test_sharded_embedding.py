@@ -19,11 +19,16 @@ _spec.loader.exec_module(common)
 TW, RW, DP = ShardingType.TABLE_WISE, ShardingType.ROW_WISE, ShardingType.DATA_PARALLEL
 
 
-def test_one_process_mixed_plan_matches_the_single_device_tables():
-    tables = common.small_model(seed=2).embeddings
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA"))]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_one_process_mixed_plan_matches_the_single_device_tables(device):
+    tables = common.small_model(seed=2).embeddings.to(device)
     coll = ShardedEmbeddingCollection.from_tables(tables, common.mixed_plan(1), group=None)
     _, sparse, _ = common.global_batches(1, 9, seed=4)[0]
-    weight = torch.randn(9, len(common.ROWS), common.DIM, generator=torch.Generator().manual_seed(0))
+    sparse = sparse.to(device)
+    weight = torch.randn(9, len(common.ROWS), common.DIM, generator=torch.Generator().manual_seed(0)).to(device)
     ref = tables(sparse)
     out = coll(sparse)
     torch.testing.assert_close(out, ref)

@@ -17,11 +17,16 @@ common = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(common)
 
 
-def test_one_process_sharded_model_trains_like_the_model():
-    ref, sharded = common.small_model(), shard_dlrm(common.small_model(), common.mixed_plan(1), None)
+@pytest.mark.parametrize(
+    "device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA"))]
+)
+def test_one_process_sharded_model_trains_like_the_model(device):
+    ref = common.small_model().to(device)
+    sharded = shard_dlrm(common.small_model().to(device), common.mixed_plan(1), None)
     opt_ref = torch.optim.SGD(ref.parameters(), lr=0.1)
     opt = torch.optim.SGD(sharded.parameters(), lr=0.1)
     for dense, sparse, labels in common.global_batches(3, 8, seed=2):
+        dense, sparse, labels = dense.to(device), sparse.to(device), labels.to(device)
         for model, o in ((ref, opt_ref), (sharded, opt)):
             o.zero_grad()
             loss = dlrm_loss(model(dense, sparse), labels)
@@ -31,8 +36,8 @@ def test_one_process_sharded_model_trains_like_the_model():
             o.step()
     got, want = sharded.to_dlrm().state_dict(), ref.state_dict()
     for k in want:
-        torch.testing.assert_close(got[k], want[k], msg=k)
-    assert not torch.equal(want["top.0.weight"], common.small_model().state_dict()["top.0.weight"])
+        torch.testing.assert_close(got[k], want[k].cpu(), msg=k)
+    assert not torch.equal(want["top.0.weight"].cpu(), common.small_model().state_dict()["top.0.weight"])
 
 
 def test_plan_with_fewer_tables_than_the_model_is_refused():
