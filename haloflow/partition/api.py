@@ -44,7 +44,7 @@ class PartitionConfig:
         balance: weights to balance, any of ``"nodes"``, ``"edges"`` (in-edges), ``"train"`` (training nodes).
         imbalance: every balanced weight ends with largest part <= imbalance x mean part (see balance.py for the
             floor used when rounding or one heavy node makes that impossible).
-        seed: makes every method deterministic; different seeds give different partitions.
+        seed: makes every method deterministic (the same seed gives the same parts); 0 is METIS's own default.
         chunk_size: fennel only, vertices per streamed chunk (bounds the rows read at once).
     """
 

@@ -26,6 +26,9 @@ __all__ = ["symmetric_adjacency", "metis_partition"]
 
 log = logging.getLogger(__name__)
 
+_METIS_DEFAULT_SEED = 4321  # what METIS uses when options[SEED] = -1
+_METIS_DEFAULT_IMBALANCE = 1.03  # k-way default ufactor 30; recursive bisection uses 1.001 per level
+
 
 def symmetric_adjacency(indptr: np.ndarray, indices: np.ndarray, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
     """``(xadj, adjncy)``: int64 (N+1,) and (nnz_sym,), rows sorted, no self-loops, no repeats.
@@ -64,8 +67,10 @@ def metis_partition(
     Args:
         xadj, adjncy: a symmetric adjacency from :func:`symmetric_adjacency`.
         vweights: int64 (N,) the one vertex weight METIS balances (None: vertex count).
-        imbalance: largest part / mean part that METIS aims for (its ``ufactor``); refinement enforces it.
-        seed: METIS's random seed; the same seed gives the same partition.
+        imbalance: passed to METIS (``ufactor``) only when tighter than METIS's default; the rebalancing in
+            ``partition_graph`` enforces it either way.
+        seed: offset from METIS's default seed; the same seed gives the same partition, and seed 0 gives
+            exactly what ``pymetis.part_graph`` gives with default options.
     """
     import pymetis
 
@@ -75,8 +80,10 @@ def metis_partition(
     if adjncy.shape[0] == 0:  # METIS rejects an edgeless graph; any balanced split cuts nothing
         return np.arange(n, dtype=np.int64) * num_parts // max(n, 1)
     options = pymetis.Options()
-    options.seed = int(seed)
-    options.ufactor = max(1, int(round((imbalance - 1.0) * 1000)))  # METIS allows (1000 + ufactor) / 1000
+    # seed 0 is METIS's own default seed (4321), so the default config reproduces a plain pymetis call exactly
+    options.seed = _METIS_DEFAULT_SEED + int(seed)
+    if imbalance < _METIS_DEFAULT_IMBALANCE:  # METIS's default (1.001 bisection, 1.03 k-way) is already tighter
+        options.ufactor = max(1, int(round((imbalance - 1.0) * 1000)))  # METIS allows (1000 + ufactor) / 1000
     if vweights is not None:
         vweights = np.ascontiguousarray(vweights, dtype=np.int64)
     result = pymetis.part_graph(

@@ -62,3 +62,12 @@ def test_edgeless_graph_is_split_evenly():
     xadj, adjncy = symmetric_adjacency(np.zeros(8, dtype=np.int64), np.zeros(0, dtype=np.int64), 7)
     parts = metis_partition(xadj, adjncy, 3)
     assert np.bincount(parts).tolist() == [3, 2, 2]
+
+
+def test_seed_0_reproduces_a_plain_pymetis_call(rng):
+    import pymetis
+
+    g = CSRGraph.from_edges(rng.integers(0, 2000, 16000), rng.integers(0, 2000, 16000), 2000,
+                            symmetrize=True, drop_self_loops=True)
+    ref = pymetis.part_graph(4, pymetis.CSRAdjacency(g.indptr, g.indices))
+    assert np.array_equal(metis_partition(g.indptr, g.indices, 4, seed=0), np.asarray(ref.vertex_part))
