@@ -24,7 +24,7 @@ neighbour's latest part. It improves the cut at the same cost per pass.
 Why BFS order: streamed in id order, a vertex whose ids are unrelated to the geometry (road networks) sees few
 placed neighbours and the cut approaches random. Measured (K = 2, 4, 8; cut relative to METIS on the same
 symmetric graph; 4 passes): Enron 0.83 / 0.98 / 1.21, Slashdot 0.41 / 0.56 / 0.84, NE road network 58 / 36 / 22
-(id order: about 60 times worse again). A road network's METIS cut is a few hundred edges along a narrow geographic
+(id order: 60 to 150 times worse than that). A road network's METIS cut is a few hundred edges along a narrow geographic
 bottleneck, which a one-vertex-at-a-time method does not find.
 """
 
