@@ -5,15 +5,16 @@ the tensor or how many processes share the graph, so a distributed run drops exa
 single-process run drops::
 
     key of a row   k_v   = mix(mix(mix(seed + G*(epoch+1)) ^ layer) ^ node_ids[v])      G = 2^64 / golden ratio
-    element bits   b_vj  = mix(k_v + G*(j+1))                                           mix = splitmix64 finaliser
-    keep (v, j)    iff  (b_vj >> 40) >= round(p * 2^24)                                 24-bit uniform vs p
-    out[v, j]      = h[v, j] / (1 - p)  if kept, else 0
+    pair of cols   b_vi  = mix(k_v + G*(i+1))        i = j // 2                        mix = splitmix64 finaliser
+    32-bit draw    u_vj  = high 32 bits of b_vi for even j, low 32 bits for odd j
+    keep (v, j)    iff  u_vj >= round(p * 2^32)
+    out[v, j]      = h[v, j] * (1 / (1 - p))  if kept, else 0
 
     rows in any order / any subset:      node_ids = [7, 2, 9]      node_ids = [9, 7]
                                           row 0 <-> id 7 mask  ==   row 1 <-> id 7 mask
 
-Cost: one splitmix64 finaliser (2 multiplies, 3 shifts) per element in a parallel numba kernel; the backward
-multiplies by the saved uint8 mask (N x F bytes).
+Cost: one splitmix64 finaliser (2 multiplies, 3 shifts) per *two* elements, fused with the scaling in one
+parallel numba pass that also writes a uint8 mask; the backward is one more pass over the gradient and mask.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ __all__ = ["keyed_dropout", "dropout_mask"]
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
-_BITS = 24  # resolution of the keep test: p is rounded to a multiple of 2^-24
+_LOW32 = np.uint64(0xFFFFFFFF)
 
 
 @njit(inline="always", cache=True)
@@ -40,45 +41,86 @@ def _mix(z):  # pragma: no cover - compiled
     return z ^ (z >> np.uint64(31))
 
 
-@njit(parallel=True, cache=True)
-def _mask_kernel(node_ids, n_cols, seed, epoch, layer, threshold, mask):  # pragma: no cover - compiled
+@njit(inline="always", cache=True)
+def _base_key(seed, epoch, layer):  # pragma: no cover - compiled
     base = _mix(np.uint64(seed) + _GOLDEN * (np.uint64(epoch) + np.uint64(1)))
-    base = _mix(base ^ np.uint64(layer))
-    shift = np.uint64(64 - _BITS)
+    return _mix(base ^ np.uint64(layer))
+
+
+@njit(parallel=True, cache=True)
+def _dropout_kernel(h, node_ids, seed, epoch, layer, threshold, scale, out, mask):  # pragma: no cover - compiled
+    # One hash per pair of columns; rows in parallel. Writes out = h * scale * keep and the keep mask.
+    base = _base_key(seed, epoch, layer)
     thr = np.uint64(threshold)
-    for v in prange(node_ids.shape[0]):
+    f = h.shape[1]
+    for v in prange(h.shape[0]):
         key = _mix(base ^ np.uint64(node_ids[v]))
-        for j in range(n_cols):
-            bits = _mix(key + _GOLDEN * np.uint64(j + 1))
-            mask[v, j] = (bits >> shift) >= thr
+        for i in range((f + 1) // 2):
+            bits = _mix(key + _GOLDEN * np.uint64(i + 1))
+            j = 2 * i
+            keep = (bits >> np.uint64(32)) >= thr
+            mask[v, j] = keep
+            out[v, j] = h[v, j] * scale if keep else 0.0
+            if j + 1 < f:
+                keep = (bits & _LOW32) >= thr
+                mask[v, j + 1] = keep
+                out[v, j + 1] = h[v, j + 1] * scale if keep else 0.0
+
+
+@njit(parallel=True, cache=True)
+def _masked_scale_kernel(g, mask, scale, out):  # pragma: no cover - compiled
+    for v in prange(g.shape[0]):
+        for j in range(g.shape[1]):
+            out[v, j] = g[v, j] * scale if mask[v, j] else 0.0
 
 
 def _threshold(p: float) -> int:
-    return int(round(p * (1 << _BITS)))
+    return min(int(round(p * 2.0**32)), 2**32 - 1)
+
+
+def _u64(value: int) -> int:
+    return value & 0xFFFFFFFFFFFFFFFF
 
 
 def dropout_mask(node_ids: torch.Tensor, n_cols: int, *, p: float, seed: int, epoch: int, layer: int) -> torch.Tensor:
     """bool (len(node_ids), n_cols): True where `keyed_dropout` keeps the element."""
+    ones = torch.ones(node_ids.shape[0], n_cols)
+    return _dropout(ones, node_ids, p, seed, epoch, layer)[1].to(torch.bool)
+
+
+def _dropout(h: torch.Tensor, node_ids: torch.Tensor, p: float, seed: int, epoch: int, layer: int):
+    h = h.detach().contiguous()  # (n, F)
     ids = node_ids.detach().to(torch.int64).contiguous().numpy()  # (n,)
-    mask = np.empty((ids.shape[0], n_cols), dtype=np.bool_)  # (n, F)
-    if mask.size:
+    out = torch.empty_like(h)  # (n, F)
+    mask = torch.empty(h.shape, dtype=torch.uint8)  # (n, F)
+    if h.numel():
         _sync_numba_threads()
-        _mask_kernel(ids, n_cols, seed & 0xFFFFFFFFFFFFFFFF, epoch & 0xFFFFFFFFFFFFFFFF,
-                     layer & 0xFFFFFFFFFFFFFFFF, _threshold(p), mask)
-    return torch.from_numpy(mask)
+        hn = h.numpy()
+        scale = hn.dtype.type(1.0 / (1.0 - p))  # same dtype as h: one rounding of the scale, float arithmetic
+        _dropout_kernel(hn, ids, _u64(seed), _u64(epoch), _u64(layer), _threshold(p), scale, out.numpy(),
+                        mask.numpy())
+    return out, mask
 
 
 class _KeyedDropout(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, h: torch.Tensor, mask: torch.Tensor, scale: float) -> torch.Tensor:
-        ctx.save_for_backward(mask)
-        ctx.scale = scale
-        return h * mask * scale  # (n, F)
+    def forward(ctx, h: torch.Tensor, node_ids: torch.Tensor, p: float, seed: int, epoch: int, layer: int):
+        out, mask = _dropout(h, node_ids, p, seed, epoch, layer)
+        if ctx.needs_input_grad[0]:
+            ctx.save_for_backward(mask)
+        ctx.scale = 1.0 / (1.0 - p)
+        return out  # (n, F)
 
     @staticmethod
     def backward(ctx, grad_out: torch.Tensor):
         (mask,) = ctx.saved_tensors
-        return grad_out * mask * ctx.scale, None, None
+        g = grad_out.contiguous()
+        grad_in = torch.empty_like(g)
+        if g.numel():
+            _sync_numba_threads()
+            gn = g.numpy()
+            _masked_scale_kernel(gn, mask.numpy(), gn.dtype.type(ctx.scale), grad_in.numpy())
+        return grad_in, None, None, None, None, None
 
 
 def keyed_dropout(
@@ -114,5 +156,4 @@ def keyed_dropout(
             raise ConfigError(f"{name} must be >= 0 for a dropout key, got {val}")
     if not training or p == 0.0:
         return h
-    mask = dropout_mask(node_ids, h.shape[1], p=p, seed=seed, epoch=epoch, layer=layer)
-    return _KeyedDropout.apply(h, mask, 1.0 / (1.0 - p))
+    return _KeyedDropout.apply(h, node_ids, p, seed, epoch, layer)

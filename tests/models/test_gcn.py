@@ -135,3 +135,26 @@ def test_errors_name_the_problem():
         model(torch.ones(4, 5), LocalAggregator(GRAPH4, "mean"), torch.arange(4), epoch=0)
     with pytest.raises(ConfigError, match="num_global_train must be >= 1"):
         gcn_loss(torch.ones(2, 2), torch.zeros(2, dtype=torch.long), torch.ones(2, dtype=torch.bool), 0)
+
+
+def test_cora_kipf_defaults_reach_80_percent_test_accuracy(shared_data):
+    from haloflow.data import read_planetoid
+
+    ds = read_planetoid(shared_data / "planetoid", "cora")
+    x = torch.from_numpy(ds.features)
+    x = x / x.sum(1, keepdim=True).clamp(min=1)  # row-normalised bag of words, as in Kipf & Welling
+    labels = torch.from_numpy(ds.labels)
+    train, test = torch.from_numpy(ds.train_mask), torch.from_numpy(ds.test_mask)
+    cfg = GCNConfig(in_dim=x.shape[1], out_dim=ds.num_classes, seed=0)  # hidden 16, dropout 0.5
+    model, agg, ids = GCN(cfg), LocalAggregator(ds.graph, cfg.norm), torch.arange(ds.num_nodes)
+    opt = torch.optim.Adam(model.param_groups(weight_decay=5e-4), lr=0.01)
+    for epoch in range(200):
+        model.train()
+        opt.zero_grad()
+        gcn_loss(model(x, agg, ids, epoch), labels, train, int(train.sum())).backward()
+        opt.step()
+    model.eval()
+    with torch.no_grad():
+        pred = model(x, agg, ids, epoch=0).argmax(1)
+    accuracy = (pred[test] == labels[test]).float().mean().item()
+    assert accuracy >= 0.80, f"Cora test accuracy {accuracy:.3f} < 0.80 (Kipf & Welling report 0.815)"
