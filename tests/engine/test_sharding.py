@@ -57,3 +57,27 @@ def test_ten_steps_match_the_single_process_dlrm(nproc):
     summary = json.loads(line[len("PARITY OK "):])
     assert summary["world_size"] == nproc and len(summary["sparse"]["losses"]) == 10
     assert all(b > 0 for b in summary["sparse"]["bytes_per_step"])
+
+
+def test_exchanges_overlap_the_bottom_mlp_forward_and_backward(monkeypatch):
+    from haloflow.engine import embedding_dist
+
+    events = []
+    real = embedding_dist.all_to_all
+
+    def logged(*args, kind="all_to_all", **kwargs):
+        events.append(kind)
+        return real(*args, kind=kind, **kwargs)
+
+    monkeypatch.setattr(embedding_dist, "all_to_all", logged)
+    model = shard_dlrm(common.small_model(), common.mixed_plan(1), None)
+    model.bottom.register_forward_hook(lambda *_: events.append("bottom forward"))
+    model.bottom[0].weight.register_post_accumulate_grad_hook(lambda *_: events.append("bottom backward"))
+    dense, sparse, labels = common.global_batches(1, 6)[0]
+    dlrm_loss(model(dense, sparse), labels).backward()
+    # Forward: both output exchanges are in flight while the bottom MLP runs; backward: their reverse
+    # exchanges start before the bottom MLP's gradients are computed.
+    assert events.index("pooled") < events.index("bottom forward")
+    assert events.index("reduce_scatter") < events.index("bottom forward")
+    assert events.index("pooled_grad") < events.index("bottom backward")
+    assert events.index("reduce_scatter_grad") < events.index("bottom backward")
