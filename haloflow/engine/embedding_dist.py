@@ -50,6 +50,7 @@ __all__ = [
     "group_size",
     "AllToAllHandle",
     "all_to_all",
+    "JaggedReceived",
     "JaggedAllToAllHandle",
     "jagged_all_to_all",
     "PooledExchangeHandle",

@@ -138,7 +138,7 @@ class ShardedEmbeddingCollection(nn.Module):
             batch_sizes: B_p of every rank (known to a training loop that split the global batch); None asks
                 the peers (a small all-gather that waits for every rank).
         """
-        L, K = self.layout, len(self.layout.slots)
+        L = self.layout
         if sparse.num_features != L.num_tables:
             raise ConfigError(f"sparse batch has {sparse.num_features} features but the plan has {L.num_tables} tables")
         sizes = self._batch_sizes(sparse.batch_size, batch_sizes)

@@ -51,6 +51,18 @@ def test_single_process_run_is_deterministic_and_writes_records(tmp_path):
     assert lines[-1]["val_logloss"] == pytest.approx(a.val_logloss) and 0 <= lines[-1]["val_auc"] <= 1
 
 
+def test_trains_on_the_real_criteo_head(shared_data, tmp_path):
+    from haloflow.data.criteo import CriteoPreprocessConfig, preprocess_criteo
+
+    raw = shared_data / "criteo" / "criteo_kaggle_train_head1000.txt"
+    preprocess_criteo(CriteoPreprocessConfig(raw=(raw,), out=tmp_path / "criteo", layout="kaggle",
+                                             row_group_size=100))
+    cfg = {k: v for k, v in SMALL.items() if not k.startswith("synthetic")}
+    result = train_dlrm(DLRMTrainConfig(**cfg, data=tmp_path / "criteo", max_steps=4))
+    assert result.steps == 4 and all(np.isfinite(result.losses))
+    assert 0.0 <= result.val_auc <= 1.0 and result.val_logloss > 0
+
+
 def _mixed_plan_26(dim: int) -> ShardingPlan:
     from haloflow.data.clicks import ClickLogConfig
 
