@@ -9,6 +9,7 @@ single-process run drops::
     32-bit draw    u_vj  = high 32 bits of b_vi for even j, low 32 bits for odd j
     keep (v, j)    iff  u_vj >= round(p * 2^32)
     out[v, j]      = h[v, j] * (1 / (1 - p))  if kept, else 0
+                     (with relu=True: kept also needs h[v, j] > 0, i.e. keyed_dropout(relu(h)) in one pass)
 
     rows in any order / any subset:      node_ids = [7, 2, 9]      node_ids = [9, 7]
                                           row 0 <-> id 7 mask  ==   row 1 <-> id 7 mask
@@ -47,24 +48,34 @@ def _base_key(seed, epoch, layer):  # pragma: no cover - compiled
     return _mix(base ^ np.uint64(layer))
 
 
+@njit(inline="always", cache=True)
+def _keep_one(h, out, mask, v, j, draw, thr, scale, relu, write_mask):  # pragma: no cover - compiled
+    x = h[v, j]
+    keep = draw >= thr
+    if relu:
+        keep = keep and x > 0
+    out[v, j] = x * scale if keep else x * 0  # x * 0: a zero of h's dtype (no float64 detour)
+    if write_mask:
+        mask[v, j] = keep
+
+
 @njit(parallel=True, cache=True)
-def _dropout_kernel(h, node_ids, seed, epoch, layer, threshold, scale, out, mask):  # pragma: no cover - compiled
-    # One hash per pair of columns; rows in parallel. Writes out = h * scale * keep and the keep mask.
+def _dropout_kernel(h, node_ids, seed, epoch, layer, threshold, scale, relu, out, mask):  # pragma: no cover
+    # One hash per pair of columns; rows in parallel. out = h * scale where kept (and h > 0 when relu), else 0.
+    # The mask (what the backward passes through) is written only when it has rows (i.e. a gradient is wanted).
     base = _base_key(seed, epoch, layer)
     thr = np.uint64(threshold)
     f = h.shape[1]
+    write_mask = mask.shape[0] > 0
     for v in prange(h.shape[0]):
         key = _mix(base ^ np.uint64(node_ids[v]))
-        for i in range((f + 1) // 2):
+        for i in range(f // 2):
             bits = _mix(key + _GOLDEN * np.uint64(i + 1))
-            j = 2 * i
-            keep = (bits >> np.uint64(32)) >= thr
-            mask[v, j] = keep
-            out[v, j] = h[v, j] * scale if keep else 0.0
-            if j + 1 < f:
-                keep = (bits & _LOW32) >= thr
-                mask[v, j + 1] = keep
-                out[v, j + 1] = h[v, j + 1] * scale if keep else 0.0
+            _keep_one(h, out, mask, v, 2 * i, bits >> np.uint64(32), thr, scale, relu, write_mask)
+            _keep_one(h, out, mask, v, 2 * i + 1, bits & _LOW32, thr, scale, relu, write_mask)
+        if f % 2:
+            bits = _mix(key + _GOLDEN * np.uint64(f // 2 + 1))
+            _keep_one(h, out, mask, v, f - 1, bits >> np.uint64(32), thr, scale, relu, write_mask)
 
 
 @njit(parallel=True, cache=True)
@@ -85,29 +96,30 @@ def _u64(value: int) -> int:
 def dropout_mask(node_ids: torch.Tensor, n_cols: int, *, p: float, seed: int, epoch: int, layer: int) -> torch.Tensor:
     """bool (len(node_ids), n_cols): True where `keyed_dropout` keeps the element."""
     ones = torch.ones(node_ids.shape[0], n_cols)
-    return _dropout(ones, node_ids, p, seed, epoch, layer)[1].to(torch.bool)
+    return _dropout(ones, node_ids, p, seed, epoch, layer, relu=False, want_mask=True)[1].to(torch.bool)
 
 
-def _dropout(h: torch.Tensor, node_ids: torch.Tensor, p: float, seed: int, epoch: int, layer: int):
+def _dropout(h: torch.Tensor, node_ids: torch.Tensor, p: float, seed: int, epoch: int, layer: int, *,
+             relu: bool, want_mask: bool) -> tuple[torch.Tensor, torch.Tensor]:
     h = h.detach().contiguous()  # (n, F)
     ids = node_ids.detach().to(torch.int64).contiguous().numpy()  # (n,)
     out = torch.empty_like(h)  # (n, F)
-    mask = torch.empty(h.shape, dtype=torch.uint8)  # (n, F)
+    mask = torch.empty(h.shape if want_mask else (0, 0), dtype=torch.uint8)  # (n, F) or empty
     if h.numel():
         _sync_numba_threads()
         hn = h.numpy()
         scale = hn.dtype.type(1.0 / (1.0 - p))  # same dtype as h: one rounding of the scale, float arithmetic
-        _dropout_kernel(hn, ids, _u64(seed), _u64(epoch), _u64(layer), _threshold(p), scale, out.numpy(),
+        _dropout_kernel(hn, ids, _u64(seed), _u64(epoch), _u64(layer), _threshold(p), scale, relu, out.numpy(),
                         mask.numpy())
     return out, mask
 
 
 class _KeyedDropout(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, h: torch.Tensor, node_ids: torch.Tensor, p: float, seed: int, epoch: int, layer: int):
-        out, mask = _dropout(h, node_ids, p, seed, epoch, layer)
-        if ctx.needs_input_grad[0]:
-            ctx.save_for_backward(mask)
+    def forward(ctx, h: torch.Tensor, node_ids: torch.Tensor, p: float, seed: int, epoch: int, layer: int,
+                relu: bool):
+        out, mask = _dropout(h, node_ids, p, seed, epoch, layer, relu=relu, want_mask=ctx.needs_input_grad[0])
+        ctx.save_for_backward(mask)
         ctx.scale = 1.0 / (1.0 - p)
         return out  # (n, F)
 
@@ -120,7 +132,7 @@ class _KeyedDropout(torch.autograd.Function):
             _sync_numba_threads()
             gn = g.numpy()
             _masked_scale_kernel(gn, mask.numpy(), gn.dtype.type(ctx.scale), grad_in.numpy())
-        return grad_in, None, None, None, None, None
+        return grad_in, None, None, None, None, None, None
 
 
 def keyed_dropout(
@@ -132,6 +144,7 @@ def keyed_dropout(
     epoch: int,
     layer: int,
     training: bool,
+    relu: bool = False,
 ) -> torch.Tensor:
     """Dropout with a mask keyed by ``(seed, epoch, layer, global node id, column)``.
 
@@ -140,7 +153,8 @@ def keyed_dropout(
         node_ids: int (n,) global id of each row.
         p: drop probability in [0, 1).
         seed, epoch, layer: the rest of the key (non-negative integers).
-        training: when False (or p == 0), ``h`` is returned unchanged.
+        training: when False (or p == 0), ``h`` is returned unchanged (or ``relu(h)``).
+        relu: apply ``relu`` first, fused into the same pass (``keyed_dropout(relu(h))`` with one read of h).
 
     Shapes:
         h (n, F) -> (n, F); kept elements are scaled by ``1 / (1 - p)``.
@@ -155,5 +169,5 @@ def keyed_dropout(
         if val < 0:
             raise ConfigError(f"{name} must be >= 0 for a dropout key, got {val}")
     if not training or p == 0.0:
-        return h
-    return _KeyedDropout.apply(h, node_ids, p, seed, epoch, layer)
+        return torch.relu(h) if relu else h
+    return _KeyedDropout.apply(h, node_ids, p, seed, epoch, layer, relu)
