@@ -133,8 +133,8 @@ def single_process(args, sizes) -> dict:
 # ------------------------------------------------------------------------------------- K ranks
 def launch(args, k: int) -> dict:
     out = Path(args.out).with_name(f".dlrm-k{k}-{os.getpid()}.json")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(k), "--master-port",
-           str(_free_port()), __file__, "--worker", "--out", str(out), "--steps", str(args.steps),
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(k), "--standalone",
+           __file__, "--worker", "--out", str(out), "--steps", str(args.steps),
            "--warmup", str(args.warmup), "--max-rows", str(args.max_rows), "--batch-size", str(args.batch_size),
            "--memory-factor", str(args.memory_factor)]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -204,13 +204,6 @@ def worker(args) -> None:
         }))
     dist.destroy_process_group()
 
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -106,18 +106,11 @@ def _launch(args: argparse.Namespace) -> int:
     if args.no_progress:
         argv.append("--no-progress")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(args.nproc),
-           "--master-port", str(_free_port()), "-m", "haloflow.cli.train_dlrm", *argv]
+           "--standalone", "-m", "haloflow.cli.train_dlrm", *argv]
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // args.nproc)))
     return subprocess.run(cmd, env=env).returncode
 
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run(args: argparse.Namespace) -> int:
