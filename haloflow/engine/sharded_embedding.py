@@ -5,7 +5,7 @@ the global batch. One lookup is ``input dist -> local lookups -> output dist``::
 
     start(sparse)                                           rank r, local batch B_r (T features)
       ids of table-/column-/row-wise tables --all-to-all (lengths, then values)--> shard holders
-      data-parallel tables: local lookup of the replica     (while the ids are in flight)
+      data-parallel tables: local lookup of the replica     (while the lengths are in flight)
       holders: one EmbeddingBag per slot over all B_global samples
       pooled all-to-all (table-/column-wise) and reduce-scatter (row-wise) started  -> handle
     [caller runs the bottom MLP]
@@ -148,7 +148,7 @@ class ShardedEmbeddingCollection(nn.Module):
             lengths, values = self._route(feats, sparse.batch_size)
             recv_len = [len(L.slots[self.rank]) * b for b in sizes]
             handle = jagged_all_to_all(lengths, values, recv_len, group=self.group, stats=self.stats)
-        dp = self._dp_lookup(feats, sparse.batch_size)  # while the ids are in flight
+        dp = self._dp_lookup(feats, sparse.batch_size)  # while the lengths are in flight
         pooled = rw = None
         if handle is not None:
             outputs = self._shard_lookup(handle.wait(), sizes)  # per slot (B_global, cols)
