@@ -16,6 +16,7 @@ single-process run drops::
 
 Cost: one splitmix64 finaliser (2 multiplies, 3 shifts) per *two* elements, fused with the scaling in one
 parallel numba pass that also writes a uint8 mask; the backward is one more pass over the gradient and mask.
+Tensors on another device (CUDA) draw the same bits with int64 torch ops there (checked bit-identical on an H200).
 """
 
 from __future__ import annotations
@@ -93,6 +94,41 @@ def _u64(value: int) -> int:
     return value & 0xFFFFFFFFFFFFFFFF
 
 
+# ------------------------------------------------------------------ the same hash in torch ops, for other devices
+def _signed(u: int) -> int:
+    u &= 0xFFFFFFFFFFFFFFFF
+    return u - (1 << 64) if u >= (1 << 63) else u
+
+
+def _py_mix(z: int) -> int:
+    m = 0xFFFFFFFFFFFFFFFF
+    z = ((z ^ (z >> 30)) * int(_M1)) & m
+    z = ((z ^ (z >> 27)) * int(_M2)) & m
+    return z ^ (z >> 31)
+
+
+def _torch_mix(z: torch.Tensor) -> torch.Tensor:
+    # int64 tensors hold the uint64 bits: multiplication wraps the same way; shifts are made logical by masking.
+    def lsr(t: torch.Tensor, k: int) -> torch.Tensor:
+        return (t >> k) & ((1 << (64 - k)) - 1)
+
+    z = (z ^ lsr(z, 30)) * _signed(int(_M1))
+    z = (z ^ lsr(z, 27)) * _signed(int(_M2))
+    return z ^ lsr(z, 31)
+
+
+def _torch_keep(node_ids: torch.Tensor, n_cols: int, p: float, seed: int, epoch: int, layer: int) -> torch.Tensor:
+    """bool (n, n_cols) keep mask computed with torch ops on node_ids' device; bit-identical to the numba kernel."""
+    g = int(_GOLDEN)
+    base = _py_mix(_py_mix((_u64(seed) + g * (_u64(epoch) + 1)) & 0xFFFFFFFFFFFFFFFF) ^ _u64(layer))
+    key = _torch_mix(node_ids.to(torch.int64) ^ _signed(base))  # (n,)
+    pairs = (n_cols + 1) // 2
+    steps = torch.tensor([_signed(g * (i + 1)) for i in range(pairs)], dtype=torch.int64, device=node_ids.device)
+    bits = _torch_mix(key[:, None] + steps[None, :])  # (n, pairs)
+    draws = torch.stack([(bits >> 32) & 0xFFFFFFFF, bits & 0xFFFFFFFF], dim=2).reshape(len(node_ids), 2 * pairs)
+    return draws[:, :n_cols] >= _threshold(p)  # (n, n_cols)
+
+
 def dropout_mask(node_ids: torch.Tensor, n_cols: int, *, p: float, seed: int, epoch: int, layer: int) -> torch.Tensor:
     """bool (len(node_ids), n_cols): True where `keyed_dropout` keeps the element."""
     ones = torch.ones(node_ids.shape[0], n_cols)
@@ -102,6 +138,12 @@ def dropout_mask(node_ids: torch.Tensor, n_cols: int, *, p: float, seed: int, ep
 def _dropout(h: torch.Tensor, node_ids: torch.Tensor, p: float, seed: int, epoch: int, layer: int, *,
              relu: bool, want_mask: bool) -> tuple[torch.Tensor, torch.Tensor]:
     h = h.detach().contiguous()  # (n, F)
+    if h.device.type != "cpu":  # same mask from torch ops on the device (one (n, F) int64 temporary)
+        keep = _torch_keep(node_ids.to(h.device), h.shape[1], p, seed, epoch, layer)
+        if relu:
+            keep &= h > 0
+        out = torch.where(keep, h * (1.0 / (1.0 - p)), torch.zeros((), dtype=h.dtype, device=h.device))
+        return out, (keep.to(torch.uint8) if want_mask else keep.new_empty((0, 0), dtype=torch.uint8))
     ids = node_ids.detach().to(torch.int64).contiguous().numpy()  # (n,)
     out = torch.empty_like(h)  # (n, F)
     mask = torch.empty(h.shape if want_mask else (0, 0), dtype=torch.uint8)  # (n, F) or empty
@@ -109,7 +151,8 @@ def _dropout(h: torch.Tensor, node_ids: torch.Tensor, p: float, seed: int, epoch
         _sync_numba_threads()
         hn = h.numpy()
         scale = hn.dtype.type(1.0 / (1.0 - p))  # same dtype as h: one rounding of the scale, float arithmetic
-        _dropout_kernel(hn, ids, _u64(seed), _u64(epoch), _u64(layer), _threshold(p), scale, relu, out.numpy(),
+        _dropout_kernel(hn, ids, np.uint64(_u64(seed)), np.uint64(_u64(epoch)), np.uint64(_u64(layer)),
+                        np.uint64(_threshold(p)), scale, relu, out.numpy(),
                         mask.numpy())
     return out, mask
 
@@ -127,6 +170,8 @@ class _KeyedDropout(torch.autograd.Function):
     def backward(ctx, grad_out: torch.Tensor):
         (mask,) = ctx.saved_tensors
         g = grad_out.contiguous()
+        if g.device.type != "cpu":
+            return g * mask * ctx.scale, None, None, None, None, None, None
         grad_in = torch.empty_like(g)
         if g.numel():
             _sync_numba_threads()

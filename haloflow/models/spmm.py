@@ -19,13 +19,18 @@ Two kernels compute ``CSR @ dense``:
   accumulates it into the output row (which stays in L1). Cost: nnz x F multiply-adds, nnz x F x 4 bytes read.
 - ``"torch"``: ``torch.sparse.mm`` on a ``torch.sparse_csr`` tensor (MKL on x86 CPU builds).
 
-Measured by ``benchmarks/gcn.py`` (2 threads, 200,000 nodes, 2.2 M entries, forward SpMM, ms):
+Measured by ``benchmarks/gcn.py`` (2 threads, 200,000 nodes, 2.2 M entries; forward ms, best of 3; the 2-core
+machine was shared with other jobs, so the absolute numbers moved 2x between runs, the order did not at 40/128):
 
-    width      16     40    128
-    numba     see DEFAULT_KERNEL_NOTE below
-    torch
+    width              16      40     128
+    numba   run 1    27.4    41.9   128.0      backward (A^T @ G, same kernel): 27.0 / 41.9 / 126.9
+    torch   run 1    18.8    51.8   187.5                                       18.1 / 49.8 / 191.9
+    numba   run 2    37.7    75.1   208.4
+    torch   run 2    55.9   234.5   322.3
+    torch.sparse.mm autograd backward, run 1:   234 / 197 / 334  (what the transpose built once saves)
 
-The default (`DEFAULT_KERNEL`) is the faster of the two on that benchmark.
+The default (`DEFAULT_KERNEL` = "numba") is the faster at the GCN widths 40 and 128; at 16 neither wins clearly.
+Tensors on another device (CUDA) always use the torch kernel, with the CSR copied there once.
 """
 
 from __future__ import annotations
@@ -96,7 +101,7 @@ class _CSR:
         self.indices = np.ascontiguousarray(indices, dtype=np.int64)
         self.shape = shape
         self._values = {np.dtype(values.dtype): np.ascontiguousarray(values)}
-        self._torch: dict[torch.dtype, torch.Tensor] = {}
+        self._torch: dict = {}  # dtype or (dtype, device) -> torch.sparse_csr tensor
 
     def values(self, dtype: np.dtype) -> np.ndarray:
         dtype = np.dtype(dtype)
@@ -105,7 +110,13 @@ class _CSR:
             self._values[dtype] = base.astype(dtype)
         return self._values[dtype]
 
-    def torch_csr(self, dtype: torch.dtype) -> torch.Tensor:
+    def torch_csr(self, dtype: torch.dtype, device: torch.device | None = None) -> torch.Tensor:
+        device = torch.device("cpu") if device is None else torch.device(device)
+        if device.type != "cpu":
+            key = (dtype, device)
+            if key not in self._torch:
+                self._torch[key] = self.torch_csr(dtype).to(device)  # copied to the device once
+            return self._torch[key]
         if dtype not in self._torch:
             vals = torch.from_numpy(self.values(torch.empty((), dtype=dtype).numpy().dtype))
             with warnings.catch_warnings():  # "sparse CSR support is in beta": known, and covered by our tests
@@ -118,9 +129,11 @@ class _CSR:
 
     def matmul(self, x: torch.Tensor, kernel: str) -> torch.Tensor:
         x = x.detach().contiguous()  # (C, F); autograd is handled by _SpMM
-        if kernel == "torch":
-            return torch.sparse.mm(self.torch_csr(x.dtype), x)  # (R, F)
+        if kernel == "torch" or x.device.type != "cpu":
+            return torch.sparse.mm(self.torch_csr(x.dtype, x.device), x)  # (R, F)
         out = torch.empty((self.shape[0], x.shape[1]), dtype=x.dtype)  # (R, F)
+        if self.shape[1] == 0:
+            return out.zero_()
         if x.shape[1] and self.shape[0]:
             _sync_numba_threads()
             _csr_spmm_kernel(self.indptr, self.indices, self.values(x.numpy().dtype), x.numpy(), out.numpy())
@@ -158,7 +171,7 @@ class SparseOperator:
         kernel: ``"numba"`` or ``"torch"`` (see the module docstring); default `DEFAULT_KERNEL`.
 
     Shapes:
-        ``x``: (C, F) -> (R, F), same dtype as x; CPU tensors.
+        ``x``: (C, F) -> (R, F), same dtype and device as x (non-CPU tensors use the torch kernel).
 
     Cost: building the transpose is O(nnz + C) once; each product is one pass over nnz reading F values per entry.
     """

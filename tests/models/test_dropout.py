@@ -71,3 +71,26 @@ def test_errors_name_the_problem():
         keyed_dropout(h, ids[:3], p=0.5, seed=0, epoch=0, layer=0, training=True)
     with pytest.raises(ConfigError, match="epoch must be >= 0"):
         keyed_dropout(h, ids, p=0.5, seed=0, epoch=-1, layer=0, training=True)
+
+
+def test_fused_relu_equals_dropout_of_relu(rng):
+    ids = _ids(rng, 80)
+    h = torch.from_numpy(rng.standard_normal((80, 13)).astype(np.float32)).requires_grad_()
+    fused = keyed_dropout(h, ids, training=True, relu=True, **KEY)
+    g = torch.from_numpy(rng.standard_normal((80, 13)).astype(np.float32))
+    (grad_fused,) = torch.autograd.grad(fused, h, g)
+    plain = keyed_dropout(torch.relu(h), ids, training=True, **KEY)
+    (grad_plain,) = torch.autograd.grad(plain, h, g)
+    assert torch.equal(fused, plain)
+    assert torch.equal(grad_fused, grad_plain)
+    assert torch.equal(keyed_dropout(h, ids, training=False, relu=True, **KEY), torch.relu(h))
+
+
+def test_torch_op_mask_for_other_devices_is_bit_identical_to_the_kernel(rng):
+    # Non-CPU tensors draw the mask with torch int64 ops; run that path on CPU against the numba kernel.
+    from haloflow.models.dropout import _torch_keep
+
+    ids = _ids(rng, 64)
+    for n_cols in (7, 32):
+        for key in (KEY, dict(p=0.1, seed=2**63 + 5, epoch=0, layer=9)):
+            assert torch.equal(_torch_keep(ids, n_cols, **key), dropout_mask(ids, n_cols, **key))
