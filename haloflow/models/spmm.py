@@ -27,9 +27,12 @@ machine was shared with other jobs, so the absolute numbers moved 2x between run
     torch   run 1    18.8    51.8   187.5                                       18.1 / 49.8 / 191.9
     numba   run 2    37.7    75.1   208.4
     torch   run 2    55.9   234.5   322.3
-    torch.sparse.mm autograd backward, run 1:   234 / 197 / 334  (what the transpose built once saves)
+    numba   run 3    11.4    40.3   111.2      (quietest run) backward 12.4 / 37.9 / 123.6
+    torch   run 3    17.9    55.6   192.4                                     18.1 / 51.1 / 190.2
+    torch.sparse.mm autograd backward, run 3:   204 / 204 / 345  (what the transpose built once saves)
 
-The default (`DEFAULT_KERNEL` = "numba") is the faster at the GCN widths 40 and 128; at 16 neither wins clearly.
+The default (`DEFAULT_KERNEL` = "numba") is the faster at the GCN widths 40 and 128 in every run, at 16 in two of
+three.
 Tensors on another device (CUDA) always use the torch kernel, with the CSR copied there once.
 """
 
