@@ -245,7 +245,7 @@ class HaloExchange:
     def from_part(cls, part, group=None, **kwargs) -> "HaloExchange":
         """Build from a ``GraphPart``'s send list and halo groups."""
         return cls(
-            torch.from_numpy(np.ascontiguousarray(part.send_ids, dtype=np.int64)),
+            torch.from_numpy(np.array(part.send_ids, dtype=np.int64)),  # a writable copy (parts may be mmapped)
             [int(c) for c in part.send_counts()],
             [int(c) for c in part.recv_counts()],
             n_inner=part.n_inner,
