@@ -20,3 +20,19 @@ __all__ = [
     "PlanError",
     "__version__",
 ]
+
+# Entry points of the heavier subpackages, imported on first use so `import haloflow` stays cheap.
+_LAZY = {
+    "train_gcn": "haloflow.engine.train_gcn",
+    "GCNTrainConfig": "haloflow.engine.train_gcn",
+}
+__all__ += list(_LAZY)
+
+
+def __getattr__(name: str):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'haloflow' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)
