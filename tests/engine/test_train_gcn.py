@@ -71,3 +71,24 @@ def test_distributed_run_equals_single_process(tmp_path, k, method, conv):
         assert res[0][f"{mode}_halo_bytes"][-1] > 0
     # sampling keeps about half of the halo rows
     assert res[0]["sampled_halo_bytes"][-1] < 0.8 * res[0]["halo_bytes"][-1]
+
+
+@pytest.mark.slow
+def test_cora_accuracy_is_the_same_on_one_and_two_ranks(shared_data, tmp_path):
+    from haloflow.partition.pipeline import read_input
+
+    cora = read_input(shared_data / "planetoid")
+    single = train_gcn(GCNTrainConfig(dataset=str(shared_data / "planetoid"), progress=False), dataset=cora)
+    parts = tmp_path / "parts"
+    partition_dataset(cora, PartitionConfig(num_parts=2, method="metis"), parts, progress=False)
+    proc = run_torchrun(SCRIPTS / "cora.py", 2, [parts, tmp_path], timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    import json
+
+    two = json.loads((tmp_path / "cora.json").read_text())
+    print(f"Cora test accuracy: K=1 {single.final.test_acc:.3f}, K=2 " +
+          ", ".join(f"{mode} {r['test_acc']:.3f}" for mode, r in two.items()))
+    assert single.final.test_acc >= 0.80  # Kipf & Welling report 81.5%
+    assert two["exact"]["test_acc"] == single.final.test_acc
+    for mode in ("stale", "sampled"):
+        assert abs(two[mode]["test_acc"] - two["exact"]["test_acc"]) <= 0.02, (mode, two)
