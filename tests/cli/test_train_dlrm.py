@@ -32,3 +32,10 @@ def test_user_errors_are_one_line_and_exit_2(tmp_path, capsys):
     assert main(["--data", str(tmp_path / "missing")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "missing" in err[0] and "metadata.json" in err[0]
+
+
+def test_reachable_as_haloflow_train_dlrm(capsys):
+    from haloflow.cli import main as haloflow_main
+
+    assert haloflow_main(["train", "dlrm", "--synthetic", "--lr", "0"]) == 2
+    assert capsys.readouterr().err.strip() == "haloflow train: error: lr must be a finite number > 0, got 0.0"
