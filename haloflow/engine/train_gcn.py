@@ -123,6 +123,7 @@ class EpochLog:
     halo_bytes: int  # halo rows and halo gradients sent by all ranks during the training step
     grad_bytes: int
     blocked_s: float  # time the slowest rank spent waiting for communication in the training step
+    halo_blocked_s: float = 0.0  # the part of it spent waiting for halo exchanges (slowest rank)
 
 
 @dataclass(eq=False)
@@ -296,7 +297,7 @@ def _train(config, ctx, dataset, part) -> TrainResult:
             sync.wait()  # every rank now holds the same summed gradients
             opt.step()
             epoch_s = time.perf_counter() - t0
-            step = (stats.halo_bytes, stats.grad_bytes, stats.blocked_s)
+            step = (stats.halo_bytes, stats.grad_bytes, stats.blocked_s, stats.halo_blocked_s)
             # ---- evaluation (exact halos, no dropout)
             model.eval()
             set_epoch(epoch, False)
@@ -305,8 +306,8 @@ def _train(config, ctx, dataset, part) -> TrainResult:
                 logits = model(local.x, agg, local.node_ids, epoch)
             eval_s = time.perf_counter() - t1
             row = [float(loss.detach()), *(_correct(logits, local.labels, m) for m in local.masks),
-                   float(step[0]), float(step[1]), step[2], epoch_s, eval_s]
-            rows = _all_gather(row, ctx, f"epoch {epoch} metrics")  # (K, 9)
+                   float(step[0]), float(step[1]), step[2], epoch_s, eval_s, step[3]]
+            rows = _all_gather(row, ctx, f"epoch {epoch} metrics")  # (K, 10)
             total, slowest = rows.sum(0), rows.max(0).values  # loss summed in rank order 0..K-1
             entry = EpochLog(
                 epoch=epoch, loss=float(total[0]),
@@ -315,6 +316,7 @@ def _train(config, ctx, dataset, part) -> TrainResult:
                 test_acc=float(total[3]) / max(n_test, 1),
                 epoch_s=float(slowest[7]), eval_s=float(slowest[8]),
                 halo_bytes=int(total[4]), grad_bytes=int(total[5]), blocked_s=float(slowest[6]),
+                halo_blocked_s=float(slowest[9]),
             )
             history.append(entry)
             if jsonl is not None:

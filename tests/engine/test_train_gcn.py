@@ -7,9 +7,11 @@ import numpy as np
 import pytest
 import torch
 
+from haloflow.engine.cost_model import PartLoad, halo_bytes_per_epoch
 from haloflow.engine.train_gcn import GCNTrainConfig, train_gcn
 from haloflow.errors import ConfigError
 from haloflow.partition.api import PartitionConfig
+from haloflow.partition.format import load_partition
 from haloflow.partition.pipeline import partition_dataset
 from tests.conftest import run_torchrun
 from tests.engine.scripts.common import small_dataset
@@ -58,12 +60,14 @@ def test_distributed_run_equals_single_process(tmp_path, k, method, conv):
     torch.testing.assert_close(logits, ref.logits[torch.from_numpy(ids)])
     ref_loss = torch.tensor([e.loss for e in ref.history])
     ref_acc = torch.tensor([[e.train_acc, e.val_acc, e.test_acc] for e in ref.history])
+    loads = [PartLoad.from_part(load_partition(parts_dir, r)) for r in range(k)]
+    predicted = halo_bytes_per_epoch(loads, config({"dataset": "-"}, conv).model_config(12, 4))
     for r in res:
+        assert list(r["halo_bytes"]) == [predicted] * len(r["halo_bytes"])  # the engine sends what the model says
         torch.testing.assert_close(torch.from_numpy(r["loss"]), ref_loss, check_dtype=False)
         torch.testing.assert_close(torch.from_numpy(r["acc"]), ref_acc, check_dtype=False)
         for name, w in ref.state_dict.items():
             torch.testing.assert_close(torch.from_numpy(r[f"w_{name}"]), w, msg=name)
-        assert r["halo_bytes"][0] > 0
     # the approximate modes ran all their epochs with finite losses and moved halo data
     for mode in ("stale", "sampled"):
         loss = res[0][f"{mode}_loss"]
