@@ -34,16 +34,9 @@ def run_torchrun(script: Path | str, nproc: int, args: list[str] = (), timeout: 
     full_env.update({"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"})
     if env:
         full_env.update(env)
-    cmd = [
-        sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
-        "--master-port", str(_free_port()), str(script), *map(str, args),
-    ]
+    # --standalone lets the rendezvous store bind a free port itself: picking one here and releasing it races
+    # with other launches running at the same time.
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc),
+           str(script), *map(str, args)]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=full_env, cwd=REPO)
 
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
