@@ -33,7 +33,7 @@ __all__ = ["SBMConfig", "sbm_dataset", "RMATConfig", "rmat_chunks", "rmat_graph"
 class SBMConfig:
     """A planted-partition graph whose labels are the blocks and whose features are noisy class centroids.
 
-    The defaults make a graph on which a 2-layer GCN clearly beats an MLP: features alone are weak (noise 3x the
+    The defaults make a graph on which a 2-layer GCN clearly beats an MLP: features alone are weak (noise 6x the
     centroid spread), while 80% of each node's edges stay inside its block.
     """
 
@@ -42,7 +42,7 @@ class SBMConfig:
     avg_degree: float = 10.0  # mean undirected degree (before symmetrising duplicates are removed)
     homophily: float = 0.8  # probability that an edge stays inside the source's block
     feature_dim: int = 32
-    feature_noise: float = 3.0  # std of per-node noise relative to the centroids' unit spread
+    feature_noise: float = 6.0  # std of per-node noise relative to the centroids' unit spread
     train_fraction: float = 0.1
     val_fraction: float = 0.1  # the rest is the test set
     seed: int = 0

@@ -1,0 +1,20 @@
+import pytest
+
+from haloflow.cli import main
+
+
+@pytest.mark.slow
+def test_demo_trains_the_same_model_on_one_and_two_processes(tmp_path, capsys):
+    code = main(["demo", "--nodes", "600", "--classes", "4", "--epochs", "5", "--hidden", "8",
+                 "--out", str(tmp_path / "demo")])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "the same model, to float32 rounding" in out
+    assert (tmp_path / "demo" / "parts-2" / "meta.json").is_file()
+    assert (tmp_path / "demo" / "train-2.jsonl").read_text().count("\n") == 5
+
+
+def test_demo_rejects_a_bad_process_count(tmp_path, capsys):
+    assert main(["demo", "--nproc", "0", "--out", str(tmp_path / "d")]) == 2
+    err = capsys.readouterr().err
+    assert "--nproc must be >= 1, got 0" in err and "Traceback" not in err
