@@ -11,6 +11,7 @@ __all__ = [
     "HaloflowError",
     "InputFormatError",
     "ConfigError",
+    "OutputExistsError",
     "PartitionFormatError",
     "PlanError",
     "DistributedError",
@@ -33,6 +34,10 @@ class InputFormatError(HaloflowError, ValueError):
 
 class ConfigError(HaloflowError, ValueError):
     """An argument or config field is out of range; the message names it and the allowed values."""
+
+
+class OutputExistsError(ConfigError, FileExistsError):
+    """An output folder or file is already there and ``overwrite`` was not given."""
 
 
 class PartitionFormatError(HaloflowError, ValueError):

@@ -28,9 +28,10 @@ import numpy as np
 import torch
 
 from haloflow.data.criteo import KAGGLE_TABLE_SIZES
-from haloflow.data.criteo_loader import SPLITS, ClickParquetWriter, atomic_output_dir
+from haloflow.data.criteo_loader import SPLITS, ClickParquetWriter
 from haloflow.data.jagged import ClickBatch, JaggedBatch
 from haloflow.errors import ConfigError
+from haloflow.utils.atomic import atomic_directory
 
 __all__ = ["ClickLogConfig", "ClickLogGenerator", "CHUNK"]
 
@@ -194,7 +195,7 @@ class ClickLogGenerator:
         if unknown or any(n < 0 for n in rows.values()):
             raise ConfigError(f"rows must map splits {SPLITS} to counts >= 0, got {rows}")
         multi = self.config.multi_hot != 1
-        with atomic_output_dir(out, overwrite=overwrite) as tmp:
+        with atomic_directory(out, overwrite=overwrite) as tmp:
             writer = ClickParquetWriter(tmp, table_sizes=self.sizes, num_dense=self.config.num_dense,
                                         row_group_size=row_group_size, multi_hot=multi)  # fmt: skip
             pos = 0

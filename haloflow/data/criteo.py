@@ -49,8 +49,9 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 from tqdm import tqdm
 
-from haloflow.data.criteo_loader import SPLITS, ClickParquetWriter, atomic_output_dir
+from haloflow.data.criteo_loader import SPLITS, ClickParquetWriter
 from haloflow.errors import ConfigError, InputFormatError
+from haloflow.utils.atomic import atomic_directory, check_absent
 
 __all__ = [
     "KAGGLE_TABLE_SIZES",
@@ -439,6 +440,7 @@ class _Pass:
 def preprocess_criteo(config: CriteoPreprocessConfig) -> PreprocessSummary:
     """Turn raw Criteo files into ``config.out`` (see the module docstring); returns the summary."""
     t0 = time.perf_counter()
+    check_absent(config.out, config.overwrite)  # now, not after the first pass over the inputs
     inputs = config.ordered_inputs()
     layout = config.resolved_layout()
     compressed = any(p.suffix in (".gz", ".bz2", ".xz", ".zst", ".lz4") for p in inputs)
@@ -461,7 +463,7 @@ def preprocess_criteo(config: CriteoPreprocessConfig) -> PreprocessSummary:
             line_counts = [_count_lines(p) for p in inputs]
         train_end, test_end, total_lines = split_boundaries(layout, line_counts)
 
-        with atomic_output_dir(config.out, overwrite=config.overwrite) as tmp:
+        with atomic_directory(config.out, overwrite=config.overwrite) as tmp:
             writer = ClickParquetWriter(
                 tmp, table_sizes=table_sizes, num_dense=NUM_DENSE, row_group_size=config.row_group_size
             )

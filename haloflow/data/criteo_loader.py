@@ -19,12 +19,9 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import queue
-import shutil
 import threading
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,7 +38,6 @@ __all__ = [
     "FORMAT_NAME",
     "dense_names",
     "sparse_names",
-    "atomic_output_dir",
     "ClickParquetWriter",
     "load_metadata",
     "ClickLoaderConfig",
@@ -61,33 +57,6 @@ def dense_names(n: int) -> list[str]:
 
 def sparse_names(n: int) -> list[str]:
     return [f"C{j + 1}" for j in range(n)]
-
-
-@contextmanager
-def atomic_output_dir(out: Path | str, overwrite: bool = False) -> Iterator[Path]:
-    """Yield a temporary folder beside ``out``; on success it replaces ``out`` by renames, on error it is removed.
-
-    Nothing half-written is ever visible at ``out``.
-    """
-    out = Path(out)
-    if out.exists() and not overwrite:
-        raise ConfigError(f"--out {out} already exists; remove it or pass --overwrite")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    try:
-        yield tmp
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    if out.exists():
-        trash = out.parent / f".{out.name}.old-{os.getpid()}"
-        out.rename(trash)
-        tmp.rename(out)
-        shutil.rmtree(trash, ignore_errors=True)
-    else:
-        tmp.rename(out)
 
 
 class ClickParquetWriter:

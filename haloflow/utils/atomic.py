@@ -21,9 +21,20 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["atomic_directory"]
+from haloflow.errors import OutputExistsError
+
+__all__ = ["atomic_directory", "check_absent"]
 
 log = logging.getLogger(__name__)
+
+
+def check_absent(target: str | os.PathLike, overwrite: bool) -> None:
+    """Raise ``OutputExistsError`` when ``target`` exists and ``overwrite`` is False.
+
+    ``atomic_directory`` checks this itself; call it first to fail before a long computation, not after.
+    """
+    if Path(target).exists() and not overwrite:
+        raise OutputExistsError(f"{target} already exists; pass overwrite=True (--overwrite) to replace it")
 
 
 @contextmanager
@@ -36,11 +47,11 @@ def atomic_directory(target: str | os.PathLike, *, overwrite: bool = False) -> I
             before anything is written.
 
     Raises:
-        FileExistsError: ``target`` exists and ``overwrite`` is False.
+        OutputExistsError: (a ``FileExistsError`` and a ``ConfigError``) ``target`` exists and ``overwrite`` is
+            False.
     """
     target = Path(target)
-    if target.exists() and not overwrite:
-        raise FileExistsError(f"{target} already exists")
+    check_absent(target, overwrite)
     target.parent.mkdir(parents=True, exist_ok=True)
     tag = uuid.uuid4().hex[:8]
     tmp = target.parent / f".{target.name}.tmp-{tag}"
@@ -54,7 +65,7 @@ def atomic_directory(target: str | os.PathLike, *, overwrite: bool = False) -> I
     if target.exists():
         if not overwrite:  # created by someone else while we were writing
             shutil.rmtree(tmp, ignore_errors=True)
-            raise FileExistsError(f"{target} already exists")
+            check_absent(target, overwrite)
         old = target.parent / f".{target.name}.old-{tag}"
         os.replace(target, old)
     os.replace(tmp, target)

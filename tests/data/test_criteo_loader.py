@@ -5,9 +5,10 @@ import pytest
 import torch
 
 from haloflow.data.clicks import ClickLogConfig, ClickLogGenerator
-from haloflow.data.criteo_loader import ClickLoader, ClickLoaderConfig, ClickParquetWriter, atomic_output_dir
+from haloflow.data.criteo_loader import ClickLoader, ClickLoaderConfig, ClickParquetWriter
 from haloflow.data.jagged import JaggedBatch
 from haloflow.errors import ConfigError, PartitionFormatError
+from haloflow.utils.atomic import atomic_directory
 
 SIZES = (5, 3, 11)
 
@@ -18,7 +19,7 @@ def _write_rows(folder, rng, n, multi_hot=False, row_group_size=7):
     dense = rng.random((n, 4)).astype(np.float32)
     bags = [[list(rng.integers(0, s, rng.integers(0 if multi_hot else 1, 4 if multi_hot else 2))) for s in SIZES]
             for _ in range(n)]  # fmt: skip
-    with atomic_output_dir(folder) as tmp:
+    with atomic_directory(folder) as tmp:
         w = ClickParquetWriter(tmp, table_sizes=SIZES, num_dense=4, row_group_size=row_group_size, multi_hot=multi_hot)
         for lo, hi in ((0, 3), (3, 20), (20, n)):
             if multi_hot:
