@@ -32,6 +32,7 @@ from torch import nn
 
 from haloflow.data.clicks import ClickLogConfig, ClickLogGenerator
 from haloflow.models.dlrm import DLRM, DLRMConfig, dlrm_loss
+from haloflow.utils.atomic import atomic_write_text
 
 TARGET = 0.95
 
@@ -246,9 +247,7 @@ def main(argv: list[str] | None = None) -> int:
               f"plan {r['plan_kinds']}")
     result = {"benchmark": "dlrm", "max_rows": args.max_rows, "device": args.device, "table_rows_total": sum(sizes),
               "batch_size": args.batch_size, "single_process": single, "sharded": dist_results}
-    tmp = Path(args.out).with_name(f".{Path(args.out).name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(result, indent=1) + "\n")
-    os.replace(tmp, args.out)
+    atomic_write_text(args.out, json.dumps(result, indent=1) + "\n")
     ok = single["warmup_losses_equal"] and all(r["bytes_equal_prediction"] for r in dist_results)
     return 0 if ok else 1
 

@@ -31,6 +31,7 @@ from haloflow.partition.halo import HaloBuilder, HaloIndex
 from haloflow.partition.relabel import relabel
 from haloflow.partition.stats import partition_stats
 from haloflow.partition.types import Assignment
+from haloflow.utils.atomic import atomic_write_text
 from haloflow.utils.memory import format_bytes, peak_rss_bytes, reset_peak_rss
 from haloflow.utils.table import format_table
 
@@ -96,9 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         "stages": {name: {"seconds": secs, "ratio_to_transpose": secs / peer, "peak_extra_bytes": mem}
                    for name, (secs, mem) in rows.items()},
     }
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1))
+    out = atomic_write_text(args.out, json.dumps(result, indent=1))
     print(f"wrote {out}")
     return 0
 

@@ -21,7 +21,6 @@ import json
 import sys
 import time
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 import numpy as np
 import pymetis
@@ -30,6 +29,7 @@ from haloflow.data import CSRGraph, data_root
 from haloflow.data.generators import RMATConfig, rmat_graph
 from haloflow.data.readers import read_pace, read_snap
 from haloflow.partition.api import PartitionConfig, partition_graph
+from haloflow.utils.atomic import atomic_write_text
 from haloflow.utils.memory import peak_rss_bytes, reset_peak_rss
 
 GRAPHS = {
@@ -180,9 +180,7 @@ def main() -> None:
     print()
     for v in verdicts:
         print(v)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"rows": [asdict(r) for r in rows], "targets": verdicts}, indent=1))
+    out = atomic_write_text(args.out, json.dumps({"rows": [asdict(r) for r in rows], "targets": verdicts}, indent=1))
     print(f"\nwrote {out}")
 
 

@@ -18,7 +18,6 @@ import argparse
 import json
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
@@ -27,6 +26,7 @@ from haloflow.partition.planner.enumerators import ShardingOptionEnumerator
 from haloflow.partition.planner.planner import EmbeddingShardingPlanner, lower_bound
 from haloflow.partition.planner.specs import kaggle_tables, parse_bytes
 from haloflow.partition.planner.types import ShardingType, TableSpec, Topology
+from haloflow.utils.atomic import atomic_write_text
 
 QUALITY_TARGET = 1.10
 TIME_TARGET_S = 2.0
@@ -100,12 +100,8 @@ def main(argv: list[str] | None = None) -> int:
         timing.append({"tables": len(big), "world_size": k, "seconds": best})
         print(f"planning {len(big)} tables on {k} ranks: {best:.3f} s (target < {TIME_TARGET_S} s)")
 
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(json.dumps({"quality": rows, "timing": timing, "targets": {
+    out = atomic_write_text(args.out, json.dumps({"quality": rows, "timing": timing, "targets": {
         "ratio": QUALITY_TARGET, "seconds": TIME_TARGET_S}, "all_met": bool(ok)}, indent=1) + "\n")
-    tmp.replace(out)
     print(f"{'all targets met' if ok else 'TARGET MISSED'}; results in {out}")
     return 0 if ok else 1
 

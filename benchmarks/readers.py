@@ -30,6 +30,7 @@ import pyarrow.csv as pacsv
 from haloflow.data import data_root
 from haloflow.data.readers import read_pace, read_snap
 from haloflow.data.textscan import open_decompressed, read_int_rows
+from haloflow.utils.atomic import atomic_write_text
 from haloflow.utils.table import format_table
 
 GRAPHS = {  # name: (file, reader, header lines the peers skip, comment character)
@@ -102,9 +103,8 @@ def main(argv: list[str] | None = None) -> int:
     print(format_table(
         ["graph", "nodes", "file edges", "ours s", "ours parse s", "loadtxt s", "pyarrow s", "loadtxt/ours",
          "pyarrow/ours"], rows, float_fmt=".2f", title=f"graph readers, best of {args.repeat}"))
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"benchmark": "readers", "repeat": args.repeat, "results": records}, indent=2))
+    out = atomic_write_text(args.out, json.dumps({"benchmark": "readers", "repeat": args.repeat, "results": records},
+                                                 indent=2))
     return 0
 
 

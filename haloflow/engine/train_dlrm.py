@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -34,6 +33,7 @@ from haloflow.engine.sharding import shard_dlrm
 from haloflow.errors import ConfigError
 from haloflow.models.dlrm import DLRM, DLRMConfig, dlrm_loss
 from haloflow.partition.planner.types import Shard, ShardingPlan, ShardingType, TablePlan
+from haloflow.utils.atomic import atomic_write_text
 from haloflow.utils.progress import progress_bar
 
 __all__ = ["DLRMTrainConfig", "DLRMTrainResult", "train_dlrm", "auc_rank_sum", "table_wise_plan"]
@@ -328,12 +328,5 @@ def train_dlrm(config: DLRMTrainConfig, ctx: DistContext | None = None,
           "samples_per_s": result.samples_per_s, "world_size": ctx.world_size,
           "comm_bytes_per_step": result.comm_bytes_per_step})
     if ctx.is_main and config.metrics_path is not None:
-        _write_lines(config.metrics_path, result.records)
+        atomic_write_text(config.metrics_path, "".join(json.dumps(r) + "\n" for r in result.records))
     return result
-
-
-def _write_lines(path: Path, records: list[dict]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text("".join(json.dumps(r) + "\n" for r in records))
-    os.replace(tmp, path)  # readers never see half a file

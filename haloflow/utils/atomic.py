@@ -23,7 +23,7 @@ from pathlib import Path
 
 from haloflow.errors import OutputExistsError
 
-__all__ = ["atomic_directory", "check_absent"]
+__all__ = ["atomic_directory", "atomic_write_text", "check_absent"]
 
 log = logging.getLogger(__name__)
 
@@ -75,3 +75,20 @@ def atomic_directory(target: str | os.PathLike, *, overwrite: bool = False) -> I
         else:
             old.unlink(missing_ok=True)
     log.info("wrote %s", target)
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
+    """Write ``text`` to a temporary sibling of ``path``, then rename it over ``path``; returns ``path``.
+
+    A reader sees the old file or the new one, never half of it. The parent folder is created if missing.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path

@@ -1,6 +1,6 @@
 import pytest
 
-from haloflow.utils.atomic import atomic_directory
+from haloflow.utils.atomic import atomic_directory, atomic_write_text
 
 
 def test_folder_appears_only_at_the_end(tmp_path):
@@ -34,3 +34,11 @@ def test_existing_target_needs_overwrite(tmp_path):
         (tmp / "new.txt").write_text("new")
     assert sorted(p.name for p in target.iterdir()) == ["new.txt"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_write_text_replaces_whole_file(tmp_path):
+    path = tmp_path / "sub" / "a.json"
+    assert atomic_write_text(path, "old") == path
+    atomic_write_text(path, "new")
+    assert path.read_text() == "new"
+    assert sorted(p.name for p in path.parent.iterdir()) == ["a.json"]

@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from haloflow.errors import ConfigError, PlanError
+from haloflow.utils.atomic import atomic_write_text
 
 if TYPE_CHECKING:
     from haloflow.partition.planner.cost_model import EmbeddingCostModel
@@ -321,11 +322,7 @@ class ShardingPlan:
         return cls.from_dict(d, source)
 
     def save(self, path: str | os.PathLike) -> Path:
-        path = Path(path)
-        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-        tmp.write_text(self.to_json() + "\n")
-        os.replace(tmp, path)
-        return path
+        return atomic_write_text(path, self.to_json() + "\n")
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> ShardingPlan:
