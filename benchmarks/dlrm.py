@@ -22,7 +22,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -31,6 +30,7 @@ import torch
 from torch import nn
 
 from haloflow.data.clicks import ClickLogConfig, ClickLogGenerator
+from haloflow.engine.dist import launch_torchrun
 from haloflow.models.dlrm import DLRM, DLRMConfig, dlrm_loss
 from haloflow.utils.atomic import atomic_write_text
 
@@ -134,12 +134,9 @@ def single_process(args, sizes) -> dict:
 # ------------------------------------------------------------------------------------- K ranks
 def launch(args, k: int) -> dict:
     out = Path(args.out).with_name(f".dlrm-k{k}-{os.getpid()}.json")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(k), "--standalone",
-           __file__, "--worker", "--out", str(out), "--steps", str(args.steps),
-           "--warmup", str(args.warmup), "--max-rows", str(args.max_rows), "--batch-size", str(args.batch_size),
-           "--memory-factor", str(args.memory_factor)]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    worker_argv = [__file__, "--worker", "--out", out, "--steps", args.steps, "--warmup", args.warmup,
+                   "--max-rows", args.max_rows, "--batch-size", args.batch_size, "--memory-factor", args.memory_factor]
+    proc = launch_torchrun(k, worker_argv, threads_per_rank=1, capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"K={k} workers failed:\n{proc.stderr[-3000:]}")
     result = json.loads(out.read_text())

@@ -1,12 +1,10 @@
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from haloflow.data.paths import data_root
+from haloflow.engine.dist import launch_torchrun
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -30,13 +28,5 @@ def run_torchrun(script: Path | str, nproc: int, args: list[str] = (), timeout: 
 
     Each rank gets OMP_NUM_THREADS=1 so K ranks share the 2 cores of a CI machine without oversubscription.
     """
-    full_env = dict(os.environ)
-    full_env.update({"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"})
-    if env:
-        full_env.update(env)
-    # --standalone lets the rendezvous store bind a free port itself: picking one here and releasing it races
-    # with other launches running at the same time.
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc),
-           str(script), *map(str, args)]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=full_env, cwd=REPO)
-
+    return launch_torchrun(nproc, [script, *args], threads_per_rank=1, env={"PYTHONUNBUFFERED": "1", **(env or {})},
+                           capture_output=True, text=True, timeout=timeout, cwd=REPO)

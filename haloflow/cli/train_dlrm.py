@@ -13,12 +13,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 
-from haloflow.engine.dist import shutdown
+from haloflow.engine.dist import launch_torchrun, shutdown
 from haloflow.engine.train_dlrm import DLRMTrainConfig, train_dlrm
-from haloflow.errors import ConfigError
 
 __all__ = ["register", "add_arguments", "run", "config_from_args"]
 
@@ -96,8 +94,6 @@ def config_from_args(args: argparse.Namespace) -> DLRMTrainConfig:
 
 
 def _launch(args: argparse.Namespace) -> int:
-    if args.nproc < 1:
-        raise ConfigError(f"--nproc must be >= 1, got {args.nproc}")
     argv = ["--synthetic"] if args.synthetic else []
     for flag, dest in _PASS_ON:
         value = getattr(args, dest)
@@ -105,12 +101,7 @@ def _launch(args: argparse.Namespace) -> int:
             argv += [flag, ",".join(map(str, value)) if isinstance(value, tuple) else str(value)]
     if args.no_progress:
         argv.append("--no-progress")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(args.nproc),
-           "--standalone", "-m", "haloflow.cli.train_dlrm", *argv]
-    env = dict(os.environ)
-    env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // args.nproc)))
-    return subprocess.run(cmd, env=env).returncode
-
+    return launch_torchrun(args.nproc, ["-m", "haloflow.cli.train_dlrm", *argv]).returncode
 
 
 def run(args: argparse.Namespace) -> int:

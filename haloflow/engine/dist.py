@@ -1,8 +1,9 @@
-"""Process-group setup from torchrun's environment.
+"""Process-group setup from torchrun's environment, and starting torchrun on this machine.
 
 ``torchrun --nproc-per-node K ...`` sets RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT on every
 process. ``init_from_env`` reads them, picks gloo on CPU and NCCL on CUDA, and passes a ``timeout`` so that a
-collective waiting on a dead peer raises instead of hanging forever.
+collective waiting on a dead peer raises instead of hanging forever. ``launch_torchrun`` starts K local ranks
+of a script or module (what ``--nproc K`` and the multi-process tests and benchmarks do).
 """
 
 from __future__ import annotations
@@ -10,6 +11,9 @@ from __future__ import annotations
 import datetime as _dt
 import logging
 import os
+import subprocess
+import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -17,7 +21,7 @@ import torch.distributed as dist
 
 from haloflow.errors import ConfigError
 
-__all__ = ["DistContext", "init_from_env", "shutdown"]
+__all__ = ["DistContext", "init_from_env", "shutdown", "torchrun_command", "launch_torchrun"]
 
 log = logging.getLogger(__name__)
 
@@ -90,3 +94,40 @@ def init_from_env(*, timeout_s: float = 120.0, device: str = "auto", force_distr
 def shutdown() -> None:
     if dist.is_initialized():
         dist.destroy_process_group()
+
+
+def torchrun_command(nproc: int, target: Sequence[str]) -> list[str]:
+    """``python -m torch.distributed.run --standalone --nproc-per-node K *target``.
+
+    ``target`` is a script and its arguments, or ``["-m", module, *arguments]``. ``--standalone`` lets the
+    rendezvous store bind a free port itself: a port picked here and released would race with other launches.
+    """
+    if nproc < 1:
+        raise ConfigError(f"--nproc must be >= 1, got {nproc}")
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc),
+            *map(str, target)]
+
+
+def launch_torchrun(
+    nproc: int,
+    target: Sequence[str],
+    *,
+    threads_per_rank: int | None = None,
+    env: dict[str, str] | None = None,
+    **run_kwargs,
+) -> subprocess.CompletedProcess:
+    """Run ``target`` as ``nproc`` local ranks under torchrun and wait for them (``subprocess.run``).
+
+    Args:
+        nproc: number of ranks, >= 1.
+        target: a script and its arguments, or ``["-m", module, *arguments]``.
+        threads_per_rank: OMP_NUM_THREADS of every rank. Default: the caller's OMP_NUM_THREADS if set, else
+            cores // nproc, so that K ranks share the cores instead of each taking all of them.
+        env: extra environment variables for the ranks (over this process's environment).
+        run_kwargs: passed to ``subprocess.run`` (``capture_output``, ``timeout``, ``cwd``, ...).
+    """
+    cmd = torchrun_command(nproc, target)
+    threads = threads_per_rank or os.environ.get("OMP_NUM_THREADS") or max(1, (os.cpu_count() or 1) // nproc)
+    full_env = {**os.environ, "OMP_NUM_THREADS": str(threads), **(env or {})}
+    log.info("starting: %s", " ".join(cmd))
+    return subprocess.run(cmd, env=full_env, **run_kwargs)
