@@ -12,10 +12,14 @@ import argparse
 import importlib
 import logging
 import sys
+from collections.abc import Callable
 
 from haloflow.errors import HaloflowError
 
-__all__ = ["main", "build_parser"]
+__all__ = ["main", "build_parser", "run_command"]
+
+# What a user's mistake raises: our own errors and the OS's complaints about the paths they gave.
+_USER_ERRORS = (HaloflowError, FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError)
 
 # Subcommand modules, in the order `--help` lists them. A module that is not there yet is skipped.
 _COMMANDS = ["partition", "inspect", "plan_tables", "preprocess", "train", "bench", "demo"]
@@ -48,12 +52,17 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    return run_command(f"haloflow {args.command}", args.func, args)
+
+
+def run_command(prog: str, func: Callable[[argparse.Namespace], int | None], args: argparse.Namespace) -> int:
+    """Call ``func(args)``; a user's mistake becomes ``prog: error: ...`` on stderr and exit status 2."""
     try:
-        result = args.func(args)
-    except (HaloflowError, FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError) as err:
-        print(f"haloflow {args.command}: error: {err}", file=sys.stderr)
+        result = func(args)
+    except _USER_ERRORS as err:
+        print(f"{prog}: error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("haloflow: interrupted", file=sys.stderr)
+        print(f"{prog}: interrupted", file=sys.stderr)
         return 130
     return int(result or 0)

@@ -121,16 +121,11 @@ def run(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m haloflow.cli.train_dlrm``: the command alone, errors as one line and exit 2."""
-    from haloflow.errors import HaloflowError
+    from haloflow.cli import run_command
 
     parser = argparse.ArgumentParser(prog="haloflow train dlrm")
     add_arguments(parser)
-    args = parser.parse_args(argv)
-    try:
-        return run(args)
-    except (HaloflowError, FileNotFoundError) as err:
-        print(f"haloflow train dlrm: error: {err}", file=sys.stderr)
-        return 2
+    return run_command(parser.prog, run, parser.parse_args(argv))
 
 
 if __name__ == "__main__":
