@@ -61,6 +61,8 @@ def run(args: argparse.Namespace) -> int:
     if args.nproc < 1:
         raise ConfigError(f"--nproc must be >= 1, got {args.nproc}")
     out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out {out} is a file; expected a folder (created if missing)")
     out.mkdir(parents=True, exist_ok=True)
     dataset = sbm_dataset(SBMConfig(num_nodes=args.nodes, num_classes=args.classes, seed=args.seed))
     print(f"[1/3] generated {dataset.name}: {dataset.num_nodes:,} nodes, {dataset.graph.num_edges:,} edges, "

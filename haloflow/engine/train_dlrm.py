@@ -106,6 +106,8 @@ class DLRMTrainConfig:
         for name in ("data", "plan", "metrics_path"):
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, Path(getattr(self, name)))
+        if self.metrics_path is not None and self.metrics_path.is_dir():  # found now, not after training
+            raise ConfigError(f"metrics_path {self.metrics_path} is a folder; expected a file name to write")
         object.__setattr__(self, "bottom_mlp", tuple(self.bottom_mlp))
         object.__setattr__(self, "top_mlp", tuple(self.top_mlp))
 

@@ -83,11 +83,16 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
     A reader sees the old file or the new one, never half of it. The parent folder is created if missing.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.is_dir():
+        raise IsADirectoryError(f"cannot write {path}: it is a folder; expected a file name")
     tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         tmp.write_text(text)
         os.replace(tmp, path)
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        raise type(err)(f"cannot write {path}: {err.strerror or err}") from err
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise

@@ -18,3 +18,10 @@ def test_demo_rejects_a_bad_process_count(tmp_path, capsys):
     assert main(["demo", "--nproc", "0", "--out", str(tmp_path / "d")]) == 2
     err = capsys.readouterr().err
     assert "--nproc must be >= 1, got 0" in err and "Traceback" not in err
+
+
+def test_demo_rejects_a_file_as_out(tmp_path, capsys):
+    (tmp_path / "f").write_text("")
+    assert main(["demo", "--out", str(tmp_path / "f")]) == 2
+    err = capsys.readouterr().err
+    assert "is a file; expected a folder" in err and "Traceback" not in err

@@ -34,6 +34,8 @@ def test_config_needs_exactly_one_data_source_and_a_positive_lr(tmp_path):
         DLRMTrainConfig()
     with pytest.raises(ConfigError, match="lr must be a finite number > 0, got -1"):
         DLRMTrainConfig(synthetic=True, lr=-1)
+    with pytest.raises(ConfigError, match="is a folder; expected a file name"):
+        DLRMTrainConfig(synthetic=True, metrics_path=tmp_path)
 
 
 def test_table_wise_plan_puts_the_largest_tables_on_the_emptiest_rank():

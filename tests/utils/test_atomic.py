@@ -42,3 +42,5 @@ def test_write_text_replaces_whole_file(tmp_path):
     atomic_write_text(path, "new")
     assert path.read_text() == "new"
     assert sorted(p.name for p in path.parent.iterdir()) == ["a.json"]
+    with pytest.raises(IsADirectoryError, match="sub: it is a folder"):
+        atomic_write_text(tmp_path / "sub", "x")

@@ -327,6 +327,8 @@ class ShardingPlan:
     @classmethod
     def load(cls, path: str | os.PathLike) -> ShardingPlan:
         path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"plan file {path} not found; expected a JSON plan from `haloflow plan-tables --out`")
         return cls.from_json(path.read_text(), source=str(path))
 
 

@@ -31,6 +31,8 @@ def test_json_round_trip_and_save_load(tmp_path):
     path = plan.save(tmp_path / "plan.json")
     assert ShardingPlan.load(path) == plan
     assert [p.name for p in tmp_path.iterdir()] == ["plan.json"]  # no temporary left behind
+    with pytest.raises(FileNotFoundError, match="plan file .*nope.json not found"):
+        ShardingPlan.load(tmp_path / "nope.json")
     assert [(tp.table, s.row_offset) for tp, s in plan.shards_on(0)] == [("a", 0), ("b", 60)]
 
 
