@@ -260,7 +260,8 @@ def load_meta(part_dir: str | os.PathLike) -> PartitionMeta:
     """
     part_dir = Path(part_dir)
     if not part_dir.is_dir():
-        raise PartitionFormatError(f"partition folder {part_dir} does not exist (expected the --out of `partition`)")
+        found = "is a file, not a folder" if part_dir.exists() else "does not exist"
+        raise PartitionFormatError(f"partition folder {part_dir} {found} (expected the --out of `partition`)")
     path = part_dir / META_FILE
     if not path.is_file():
         raise PartitionFormatError(f"{path} is missing: {part_dir} is not a partition folder")

@@ -100,6 +100,9 @@ def test_failure_midway_leaves_nothing(tmp_path, setup):
 def test_load_errors_name_file_found_and_expected(tmp_path, setup):
     with pytest.raises(PartitionFormatError, match=r"partition folder .*nowhere does not exist"):
         load_meta(tmp_path / "nowhere")
+    (tmp_path / "file").write_text("")
+    with pytest.raises(PartitionFormatError, match=r"partition folder .*file is a file, not a folder"):
+        load_meta(tmp_path / "file")
     (tmp_path / "empty").mkdir()
     with pytest.raises(PartitionFormatError, match=r"empty/meta.json is missing"):
         load_partition(tmp_path / "empty", 0)
