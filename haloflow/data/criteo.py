@@ -37,21 +37,24 @@ from __future__ import annotations
 import logging
 import math
 import re
-import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
-from tqdm import tqdm
 
 from haloflow.data.criteo_loader import SPLITS, ClickParquetWriter
 from haloflow.errors import ConfigError, InputFormatError
 from haloflow.utils.atomic import atomic_directory, check_absent
+from haloflow.utils.progress import progress_bar
+
+if TYPE_CHECKING:
+    from tqdm import tqdm
 
 __all__ = [
     "KAGGLE_TABLE_SIZES",
@@ -446,8 +449,7 @@ def preprocess_criteo(config: CriteoPreprocessConfig) -> PreprocessSummary:
     compressed = any(p.suffix in (".gz", ".bz2", ".xz", ".zst", ".lz4") for p in inputs)
     passes = 2 if config.mode == "threshold" else 1
     total = None if compressed else passes * sum(p.stat().st_size for p in inputs)
-    quiet = not sys.stderr.isatty()
-    with tqdm(total=total, unit="B", unit_scale=True, desc="preprocess criteo", disable=quiet) as bar:
+    with progress_bar(total=total, unit="B", unit_scale=True, desc="preprocess criteo") as bar:
         if config.mode == "threshold":
             counters = [_ValueCounter() for _ in range(NUM_SPARSE)]
             first = _Pass(config, bar)

@@ -32,13 +32,12 @@ from __future__ import annotations
 
 import logging
 import math
-import sys
 
 import numba
 import numpy as np
-from tqdm.auto import tqdm
 
 from haloflow.errors import ConfigError
+from haloflow.utils.progress import progress_bar
 
 __all__ = ["fennel_partition", "FENNEL_GAMMA", "FENNEL_PASSES"]
 
@@ -99,14 +98,13 @@ def fennel_partition(
     conn = np.zeros(k, dtype=np.int64)
     touched = np.empty(k, dtype=np.int64)
     chunks = range(0, n, chunk_size)
-    bar = tqdm(total=passes * len(chunks), desc="fennel", unit="chunk", disable=not (progress and sys.stderr.isatty()))
-    for p in range(passes):
-        for start in chunks:
-            stop = min(start + chunk_size, n)
-            chunk = ids[start:stop] if ids is not None else np.arange(start, stop, dtype=np.int64)
-            _place_chunk(indptr, indices, chunk, parts, sizes, cap, alpha, FENNEL_GAMMA, seed, p > 0, conn, touched)
-            bar.update(1)
-    bar.close()
+    with progress_bar(total=passes * len(chunks), desc="fennel", unit="chunk", enabled=progress) as bar:
+        for p in range(passes):
+            for start in chunks:
+                stop = min(start + chunk_size, n)
+                chunk = ids[start:stop] if ids is not None else np.arange(start, stop, dtype=np.int64)
+                _place_chunk(indptr, indices, chunk, parts, sizes, cap, alpha, FENNEL_GAMMA, seed, p > 0, conn, touched)
+                bar.update(1)
     log.debug("fennel: K=%d, %d passes, order %s, part sizes %s", k, passes, order, sizes.tolist())
     return parts
 

@@ -20,6 +20,7 @@ def progress_bar(
     total: int | None = None,
     desc: str | None = None,
     unit: str = "it",
+    unit_scale: bool = False,
     enabled: bool = True,
     leave: bool = False,
 ) -> tqdm:
@@ -30,12 +31,13 @@ def progress_bar(
         total: number of steps, when ``iterable`` has no length.
         desc: label shown before the bar; change it with ``bar.set_description_str``.
         unit: name of one step.
+        unit_scale: show counts with k/M/G prefixes (for bytes).
         enabled: the caller's switch (e.g. ``progress=False``); a non-tty stderr turns the bar off regardless.
         leave: keep the finished bar on screen.
     """
     isatty = getattr(sys.stderr, "isatty", None)
     visible = enabled and bool(isatty and isatty())
     return tqdm(
-        iterable, total=total, desc=desc, unit=unit, disable=not visible, leave=leave, file=sys.stderr,
+        iterable, total=total, desc=desc, unit=unit, unit_scale=unit_scale, disable=not visible, leave=leave, file=sys.stderr,
         dynamic_ncols=True,
     )
