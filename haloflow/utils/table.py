@@ -7,7 +7,8 @@
        0    100    12        0.12
        1     98    15        0.15
 
-Numbers are right-aligned, text left-aligned; ints get thousands separators, floats ``float_fmt``.
+Numbers are right-aligned, text left-aligned; ints get thousands separators, floats ``float_fmt`` (one spec
+for all columns, or one per column).
 """
 
 from __future__ import annotations
@@ -31,23 +32,30 @@ def _cell(value: object, float_fmt: str) -> str:
 
 
 def format_table(
-    headers: Sequence[str], rows: Sequence[Sequence[object]], *, float_fmt: str = ".3f", title: str | None = None
+    headers: Sequence[str],
+    rows: Sequence[Sequence[object]],
+    *,
+    float_fmt: str | Sequence[str] = ".3f",
+    title: str | None = None,
 ) -> str:
     """Render ``rows`` under ``headers`` as aligned columns (no trailing newline).
 
     Args:
         headers: column names.
         rows: one sequence per row, each with ``len(headers)`` cells (ints, floats, strings or None).
-        float_fmt: format spec for floats (``".3f"``, ``".2%"``, ...).
+        float_fmt: format spec for floats (``".3f"``, ``".2%"``, ...), or a sequence of one spec per column.
         title: optional line printed above the table.
 
     Raises:
         ValueError: a row has a different number of cells than ``headers``.
     """
-    text = [[_cell(v, float_fmt) for v in row] for row in rows]
-    for i, row in enumerate(text):
+    fmts = [float_fmt] * len(headers) if isinstance(float_fmt, str) else list(float_fmt)
+    if len(fmts) != len(headers):
+        raise ValueError(f"float_fmt has {len(fmts)} specs, expected one per header ({len(headers)}) or one string")
+    for i, row in enumerate(rows):
         if len(row) != len(headers):
             raise ValueError(f"table row {i} has {len(row)} cells, expected {len(headers)} (one per header)")
+    text = [[_cell(v, f) for v, f in zip(row, fmts)] for row in rows]
     numeric = [
         all(isinstance(row[j], Real) and not isinstance(row[j], bool) or row[j] is None for row in rows)
         for j in range(len(headers))

@@ -2,39 +2,45 @@
 
 ::
 
-    table  rows        dim  sharding     ranks        | rank  cost (us)  lookup  a2a in  a2a out  sync   memory
-    C3     10,131,227  16   column_wise  0,1          | 0     112.7      ...
+    table        rows  dim  pool  sharding     ranks
+    -----  ----------  ---  ----  -----------  -----
+    C3     10,131,227   16     1  column_wise  0,1
+    ...
+    sharding: 3 column_wise, 23 data_parallel
+
+    rank  cost (us)  lookup MB  ...  memory
+    ----  ---------  ---------  ...  --------
+       0      112.7      5.112  ...  0.31 GiB
 """
 
 from __future__ import annotations
 
+from collections import Counter
+
 from haloflow.partition.planner.cost_model import gib
 from haloflow.partition.planner.types import ShardingPlan, TableSpec
+from haloflow.utils.table import format_table
 
 __all__ = ["plan_report"]
 
 
 def plan_report(plan: ShardingPlan, specs: tuple[TableSpec, ...], max_tables: int = 40) -> str:
     """Tables (the first ``max_tables``; the rest summed up by kind) and per-rank cost and memory."""
-    lines = [f"{'table':<10} {'rows':>12} {'dim':>5} {'pool':>6}  {'sharding':<13} ranks"]
+    rows = []
     for tp, spec in list(zip(plan.tables, specs))[:max_tables]:
-        ranks = ",".join(str(r) for r in tp.ranks) if len(tp.shards) < plan.world_size or plan.world_size == 1 \
-            else "all"
-        lines.append(f"{tp.table:<10} {spec.num_rows:>12,} {spec.dim:>5} {spec.pooling_factor:>6.3g}  "
-                     f"{tp.sharding.value:<13} {ranks}")
+        every_rank = len(tp.shards) >= plan.world_size and plan.world_size > 1
+        ranks = "all" if every_rank else ",".join(str(r) for r in tp.ranks)
+        rows.append([tp.table, spec.num_rows, spec.dim, spec.pooling_factor, tp.sharding.value, ranks])
+    lines = [format_table(["table", "rows", "dim", "pool", "sharding", "ranks"], rows, float_fmt=".3g")]
     if len(plan.tables) > max_tables:
         lines.append(f"... {len(plan.tables) - max_tables} more tables")
-    kinds: dict[str, int] = {}
-    for tp in plan.tables:
-        kinds[tp.sharding.value] = kinds.get(tp.sharding.value, 0) + 1
+    kinds = Counter(tp.sharding.value for tp in plan.tables)
     lines.append("sharding: " + ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())))
     lines.append("")
-    lines.append(f"{'rank':>4} {'cost (us)':>10} {'lookup MB':>10} {'a2a in MB':>10} {'a2a out MB':>11} "
-                 f"{'sync MB':>8} {'memory':>11}")
-    for c in plan.per_rank:
-        t = c.traffic
-        lines.append(f"{c.rank:>4} {c.cost * 1e6:>10.1f} {t.lookup / 1e6:>10.3f} {t.a2a_in / 1e6:>10.3f} "
-                     f"{t.a2a_out / 1e6:>11.3f} {t.allreduce / 1e6:>8.3f} {gib(c.memory.device):>11}")
+    headers = ["rank", "cost (us)", "lookup MB", "a2a in MB", "a2a out MB", "sync MB", "memory"]
+    rows = [[c.rank, c.cost * 1e6, c.traffic.lookup / 1e6, c.traffic.a2a_in / 1e6, c.traffic.a2a_out / 1e6,
+             c.traffic.allreduce / 1e6, gib(c.memory.device)] for c in plan.per_rank]
+    lines.append(format_table(headers, rows, float_fmt=[".3f", ".1f", ".3f", ".3f", ".3f", ".3f", ".3f"]))
     if plan.per_rank:
         costs = [c.cost for c in plan.per_rank]
         lines.append(f"slowest rank {max(costs) * 1e6:.1f} us per step; slowest / mean "
