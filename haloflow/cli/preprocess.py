@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import argparse
 
+from haloflow.utils.table import format_table
+
 __all__ = ["register"]
 
 
@@ -69,7 +71,6 @@ def _run_clicks(args: argparse.Namespace) -> int:
     meta = ClickLogGenerator(config).write_parquet(
         args.out, rows, row_group_size=args.row_group_size, overwrite=args.overwrite
     )
-    for split in SPLITS:
-        print(f"{split:<8}{meta['splits'][split]['rows']:>14,}")
+    print(format_table(["split", "rows"], [[split, meta["splits"][split]["rows"]] for split in SPLITS]))
     print(f"{len(meta['table_sizes'])} tables, {sum(meta['table_sizes']):,} rows in all -> {args.out}")
     return 0

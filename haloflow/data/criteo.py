@@ -52,6 +52,7 @@ from haloflow.data.criteo_loader import SPLITS, ClickParquetWriter
 from haloflow.errors import ConfigError, InputFormatError
 from haloflow.utils.atomic import atomic_directory, check_absent
 from haloflow.utils.progress import progress_bar
+from haloflow.utils.table import format_table
 
 if TYPE_CHECKING:
     from tqdm import tqdm
@@ -189,9 +190,8 @@ class PreprocessSummary:
     metadata: dict = field(repr=False, default_factory=dict)
 
     def table(self) -> str:
-        lines = [f"{'split':<8}{'rows':>14}"]
-        lines += [f"{s:<8}{self.rows[s]:>14,}" for s in SPLITS]
-        lines.append(f"{'bad':<8}{self.bad_rows:>14,}   of {self.lines:,} lines")
+        lines = [format_table(["split", "rows"], [[s, self.rows[s]] for s in SPLITS]),
+                 f"{self.bad_rows:,} bad rows dropped, of {self.lines:,} lines"]
         lines += [f"  {b}" for b in self.first_bad]
         big = int(np.argmax(self.table_sizes))
         lines.append(
