@@ -346,26 +346,25 @@ class ClickLoader:
         stop = threading.Event()
         done = object()
 
+        def put(item) -> bool:
+            """Wait for room in the queue, waking every 0.1 s to see whether the consumer has gone."""
+            while not stop.is_set():
+                try:
+                    q.put(item, timeout=0.1)
+                    return True
+                except queue.Full:
+                    continue
+            return False
+
         def produce() -> None:
             try:
                 for batch in self._batches():
-                    while not stop.is_set():
-                        try:
-                            q.put(batch, timeout=0.1)
-                            break
-                        except queue.Full:
-                            continue
-                    if stop.is_set():
+                    if not put(batch):
                         return
                 item = done
             except BaseException as err:  # handed to the consumer, re-raised there
                 item = err
-            while not stop.is_set():
-                try:
-                    q.put(item, timeout=0.1)
-                    return
-                except queue.Full:
-                    continue
+            put(item)
 
         thread = threading.Thread(target=produce, name="click-loader", daemon=True)
         thread.start()
