@@ -1,10 +1,20 @@
-"""haloflow: exact distributed training of GNNs and recommendation models on torch.distributed."""
+"""haloflow: exact distributed training of GNNs and recommendation models on torch.distributed.
 
+The errors are imported here; the entry points of the heavier subpackages (torch, pyarrow, numba) are imported
+on first use, so ``import haloflow`` stays cheap::
+
+    import haloflow
+    summary = haloflow.partition_dataset(dataset, haloflow.PartitionConfig(num_parts=4), "parts")
+    result = haloflow.train_gcn(haloflow.GCNTrainConfig(partitions="parts"))
+"""
+
+from haloflow._lazy import lazy_getattr
 from haloflow.errors import (
     ConfigError,
     DistributedError,
     HaloflowError,
     InputFormatError,
+    OutputExistsError,
     PartitionFormatError,
     PlanError,
 )
@@ -16,23 +26,24 @@ __all__ = [
     "DistributedError",
     "HaloflowError",
     "InputFormatError",
+    "OutputExistsError",
     "PartitionFormatError",
     "PlanError",
     "__version__",
 ]
 
-# Entry points of the heavier subpackages, imported on first use so `import haloflow` stays cheap.
+# name -> module that defines it, imported on first use.
 _LAZY = {
+    "read_dataset": "haloflow.data.readers",
+    "PartitionConfig": "haloflow.partition.api",
+    "partition_graph": "haloflow.partition.api",
+    "partition_dataset": "haloflow.partition.pipeline",
+    "load_partition": "haloflow.partition.format",
+    "plan_tables": "haloflow.partition.planner.planner",
     "train_gcn": "haloflow.engine.train_gcn",
     "GCNTrainConfig": "haloflow.engine.train_gcn",
+    "train_dlrm": "haloflow.engine.train_dlrm",
+    "DLRMTrainConfig": "haloflow.engine.train_dlrm",
 }
 __all__ += list(_LAZY)
-
-
-def __getattr__(name: str):
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'haloflow' has no attribute {name!r}")
-    import importlib
-
-    return getattr(importlib.import_module(module), name)
+__getattr__ = lazy_getattr(__name__, _LAZY)

@@ -1,23 +1,42 @@
-"""Graph data: the CSR format, readers for the formats users hold, and generators."""
+"""Data: graphs (the CSR format, readers for the formats users hold, generators) and click logs.
 
-from haloflow.data.graph import CSRGraph, GraphDataset
-from haloflow.data.paths import data_root
+The graph side needs only numpy; the click-log side (Parquet, torch batches) is imported on first use, so that
+``import haloflow.data`` (and every ``haloflow.data.<module>`` import, which runs this file) stays light.
+"""
 
-__all__ = ["CSRGraph", "GraphDataset", "data_root"]
-from haloflow.data.jagged import JaggedBatch
-
-__all__ += ["JaggedBatch"]
+from haloflow._lazy import lazy_getattr
 from haloflow.data.convert import from_dgl, from_pyg
+from haloflow.data.graph import CSRGraph, GraphDataset
 from haloflow.data.ogb import read_ogb
+from haloflow.data.paths import data_root
 from haloflow.data.planetoid import read_planetoid
 from haloflow.data.readers import FORMATS, detect_format, read_dataset, read_pace, read_snap
 
-__all__ += ["read_snap", "read_pace", "read_ogb", "read_planetoid", "from_pyg", "from_dgl", "read_dataset",
-            "detect_format", "FORMATS"]
-from haloflow.data.clicks import ClickLogConfig, ClickLogGenerator
-from haloflow.data.criteo import CriteoPreprocessConfig, preprocess_criteo
-from haloflow.data.criteo_loader import ClickLoader, ClickLoaderConfig
-from haloflow.data.jagged import ClickBatch
+__all__ = [
+    "CSRGraph",
+    "GraphDataset",
+    "data_root",
+    "FORMATS",
+    "detect_format",
+    "read_dataset",
+    "read_snap",
+    "read_pace",
+    "read_ogb",
+    "read_planetoid",
+    "from_pyg",
+    "from_dgl",
+]
 
-__all__ += ["ClickBatch", "ClickLoader", "ClickLoaderConfig", "ClickLogConfig", "ClickLogGenerator",
-            "CriteoPreprocessConfig", "preprocess_criteo"]
+# Click logs: torch and pyarrow, imported on first use.
+_LAZY = {
+    "JaggedBatch": "haloflow.data.jagged",
+    "ClickBatch": "haloflow.data.jagged",
+    "ClickLogConfig": "haloflow.data.clicks",
+    "ClickLogGenerator": "haloflow.data.clicks",
+    "CriteoPreprocessConfig": "haloflow.data.criteo",
+    "preprocess_criteo": "haloflow.data.criteo",
+    "ClickLoader": "haloflow.data.criteo_loader",
+    "ClickLoaderConfig": "haloflow.data.criteo_loader",
+}
+__all__ += list(_LAZY)
+__getattr__ = lazy_getattr(__name__, _LAZY)

@@ -1,4 +1,4 @@
-"""Single-device reference models (no distributed code): full-batch GCN / GraphSAGE and their building blocks."""
+"""Single-device reference models (no distributed code): full-batch GCN / GraphSAGE and DLRM, and their parts."""
 
 from haloflow.models.aggregate import (
     Aggregator,
@@ -7,6 +7,7 @@ from haloflow.models.aggregate import (
     normalized_values,
     self_loop_values,
 )
+from haloflow.models.dlrm import DLRM, DLRMConfig, EmbeddingTables, dlrm_loss, interaction
 from haloflow.models.dropout import dropout_mask, keyed_dropout
 from haloflow.models.gcn import GCN, GCNConfig, gcn_loss
 from haloflow.models.spmm import DEFAULT_KERNEL, KERNELS, SparseOperator, csr_transpose
@@ -26,8 +27,9 @@ __all__ = [
     "KERNELS",
     "SparseOperator",
     "csr_transpose",
+    "DLRM",
+    "DLRMConfig",
+    "EmbeddingTables",
+    "dlrm_loss",
+    "interaction",
 ]
-
-from haloflow.models.dlrm import DLRM, DLRMConfig, EmbeddingTables, dlrm_loss, interaction
-
-__all__ += ["DLRM", "DLRMConfig", "EmbeddingTables", "dlrm_loss", "interaction"]
