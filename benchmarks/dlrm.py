@@ -30,7 +30,7 @@ import torch
 from torch import nn
 
 from haloflow.data.clicks import ClickLogConfig, ClickLogGenerator
-from haloflow.engine.dist import launch_torchrun
+from haloflow.engine.dist import launch_torchrun, shutdown
 from haloflow.models.dlrm import DLRM, DLRMConfig, dlrm_loss
 from haloflow.utils.atomic import atomic_write_text
 
@@ -200,7 +200,7 @@ def worker(args) -> None:
             "bytes_checked_steps": len(batches),
             "bytes_equal_prediction": all(r["mismatches"] == 0 for r in per_rank), "plan_kinds": kinds,
         }))
-    dist.destroy_process_group()
+    shutdown()
 
 
 

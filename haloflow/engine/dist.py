@@ -91,8 +91,17 @@ def init_from_env(*, timeout_s: float = 120.0, device: str = "auto", force_distr
     )
 
 
-def shutdown() -> None:
+def shutdown(*, barrier: bool = True) -> None:
+    """Leave the process group cleanly: wait until every rank is done communicating, then destroy it.
+
+    Without the barrier a fast rank can tear its gloo connections down while a peer's last messages are still in
+    flight, and gloo then aborts that peer at exit ("terminate called without an active exception": seen in about
+    one run in three of a 3-rank script before the barrier, none in 12 after). Pass ``barrier=False`` on an error
+    path, where a peer may be dead and the barrier would only wait out the timeout.
+    """
     if dist.is_initialized():
+        if barrier:
+            dist.barrier()
         dist.destroy_process_group()
 
 

@@ -28,7 +28,7 @@ import torch.distributed as dist
 
 from haloflow.data.clicks import CHUNK
 from haloflow.data.jagged import ClickBatch, split_sizes
-from haloflow.engine.dist import DistContext, init_from_env
+from haloflow.engine.dist import DistContext, init_from_env, shutdown
 from haloflow.engine.sharding import shard_dlrm
 from haloflow.errors import ConfigError
 from haloflow.models.dlrm import DLRM, DLRMConfig, dlrm_loss
@@ -277,7 +277,20 @@ def train_dlrm(config: DLRMTrainConfig, ctx: DistContext | None = None,
         ctx: the process group (default: ``init_from_env``, one process without torchrun).
         on_record: called on rank 0 with every JSON record as it is made (the CLI prints them).
     """
+    owns_group = ctx is None and not dist.is_initialized()
     ctx = ctx or init_from_env(timeout_s=config.timeout_s, device="cpu")
+    try:
+        result = _train(config, ctx, on_record)
+    except BaseException:
+        if owns_group:
+            shutdown(barrier=False)  # a peer may be gone: do not wait for it again
+        raise
+    if owns_group:
+        shutdown()
+    return result
+
+
+def _train(config: DLRMTrainConfig, ctx: DistContext, on_record) -> DLRMTrainResult:
     data = _Data(config)
     model, dist_model = _build_model(config, data, ctx)
     net = dist_model if dist_model is not None else model

@@ -239,10 +239,14 @@ def train_gcn(config: GCNTrainConfig, *, dataset: GraphDataset | None = None, pa
     ctx = init_from_env(timeout_s=config.timeout_s, device="cpu") if (config.partitions or part is not None) \
         else DistContext(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"), backend=None)
     try:
-        return _train(config, ctx, dataset, part)
-    finally:
+        result = _train(config, ctx, dataset, part)
+    except BaseException:
         if owns_group and ctx.distributed:
-            shutdown()
+            shutdown(barrier=False)  # a peer may be gone: do not wait for it again
+        raise
+    if owns_group and ctx.distributed:
+        shutdown()
+    return result
 
 
 def _setup(config: GCNTrainConfig, ctx: DistContext, dataset: GraphDataset | None, part: GraphPart | None):

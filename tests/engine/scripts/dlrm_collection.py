@@ -13,7 +13,7 @@ import torch.distributed as dist
 
 from dlrm_common import global_batches, mixed_plan, small_model
 from haloflow.data.jagged import split_sizes
-from haloflow.engine.dist import init_from_env
+from haloflow.engine.dist import init_from_env, shutdown
 from haloflow.engine.embedding_layout import predict_step_bytes
 from haloflow.engine.sharded_embedding import ShardedEmbeddingCollection
 
@@ -54,7 +54,7 @@ def main() -> None:
     assert coll.stats.snapshot() == want, (coll.stats.snapshot(), want)
     if r == 0:
         print("COLLECTION OK", want)
-    dist.destroy_process_group()
+    shutdown()
 
 
 if __name__ == "__main__":

@@ -7,9 +7,8 @@ received exactly. Exits non-zero on a mismatch; rank 0 prints ``COLLECTIVES OK``
 from __future__ import annotations
 
 import torch
-import torch.distributed as dist
 
-from haloflow.engine.dist import init_from_env
+from haloflow.engine.dist import init_from_env, shutdown
 from haloflow.engine.embedding_dist import (
     CommStats,
     all_to_all,
@@ -98,7 +97,7 @@ def main() -> None:
 
     if r == 0:
         print("COLLECTIVES OK", dict(stats.snapshot()))
-    dist.destroy_process_group()
+    shutdown()
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ import torch.distributed as dist
 
 from dlrm_common import global_batches, mixed_plan, small_model
 from haloflow.data.jagged import split_sizes
-from haloflow.engine.dist import init_from_env
+from haloflow.engine.dist import init_from_env, shutdown
 from haloflow.engine.embedding_layout import predict_step_bytes
 from haloflow.engine.sharding import shard_dlrm
 from haloflow.models.dlrm import dlrm_loss
@@ -93,7 +93,7 @@ def main() -> None:
         summary[dp_grad] = {"losses": losses.tolist(), "bytes_per_step": byte_log}
     if ctx.rank == 0:
         print("PARITY OK " + json.dumps(summary))
-    dist.destroy_process_group()
+    shutdown()
 
 
 if __name__ == "__main__":
