@@ -31,11 +31,15 @@ class CSRGraph:
         indptr: int64 (N+1,) row offsets.
         indices: int64 (nnz,) source node of each in-edge, sorted inside a row.
         num_nodes: N.
+        simple_symmetric: True when the constructor knows the graph is undirected (every edge stored both ways)
+            with no self-loops or repeats, as ``from_edges(symmetrize=True, drop_self_loops=True)`` makes it; lets
+            METIS take the arrays as they are without checking them again. False means "not known".
     """
 
     indptr: np.ndarray
     indices: np.ndarray
     num_nodes: int
+    simple_symmetric: bool = False
 
     def __post_init__(self) -> None:
         if self.indptr.shape != (self.num_nodes + 1,):
@@ -106,7 +110,8 @@ class CSRGraph:
         counts = np.bincount(rows, minlength=num_nodes)
         indptr = np.zeros(num_nodes + 1, dtype=np.int64)
         np.cumsum(counts, out=indptr[1:])
-        return cls(indptr=indptr, indices=cols.astype(np.int64, copy=False), num_nodes=num_nodes)
+        return cls(indptr=indptr, indices=cols.astype(np.int64, copy=False), num_nodes=num_nodes,
+                   simple_symmetric=symmetrize and drop_self_loops)
 
     @classmethod
     def from_scipy(cls, a) -> "CSRGraph":

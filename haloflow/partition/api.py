@@ -104,7 +104,8 @@ def partition_graph(
     caps = balance_caps(weights, k, config.imbalance)  # (W,)
     indptr, indices = graph.indptr, graph.indices  # adjacency that prices the rebalancing moves
     if config.method == "metis":
-        indptr, indices = symmetric_adjacency(graph.indptr, graph.indices, graph.num_nodes)
+        indptr, indices = symmetric_adjacency(graph.indptr, graph.indices, graph.num_nodes,
+                                              known_symmetric=graph.simple_symmetric)
         parts = metis_partition(
             indptr, indices, k, vweights=_metis_weight(weights, config.balance), imbalance=config.imbalance,
             seed=config.seed,

@@ -30,17 +30,19 @@ _METIS_DEFAULT_SEED = 4321  # what METIS uses when options[SEED] = -1
 _METIS_DEFAULT_IMBALANCE = 1.03  # k-way default ufactor 30; recursive bisection uses 1.001 per level
 
 
-def symmetric_adjacency(indptr: np.ndarray, indices: np.ndarray, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
+def symmetric_adjacency(indptr: np.ndarray, indices: np.ndarray, num_nodes: int, *,
+                        known_symmetric: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """``(xadj, adjncy)``: int64 (N+1,) and (nnz_sym,), rows sorted, no self-loops, no repeats.
 
-    Returns the input arrays themselves (as int64) when they already form such an adjacency.
+    Returns the input arrays themselves (as int64) when they already form such an adjacency: without a check when
+    the caller knows it (``known_symmetric``, from ``CSRGraph.simple_symmetric``), else after one parallel pass.
     """
     indptr = np.asarray(indptr, dtype=np.int64)
     indices = np.asarray(indices, dtype=np.int64)
+    if known_symmetric or _is_simple_symmetric(indptr, indices):  # the common case (a symmetrised CSRGraph): no copy at all
+        return indptr, indices
     if not _rows_sorted(indptr, indices):
         indices = _sort_rows(indptr, indices.copy())
-    elif _is_simple_symmetric(indptr, indices):
-        return indptr, indices
     t_indptr = np.zeros(num_nodes + 1, dtype=np.int64)
     np.cumsum(np.bincount(indices, minlength=num_nodes), out=t_indptr[1:])
     t_indices = _transpose(indptr, indices, t_indptr)  # (nnz,) out-neighbours, sorted in each row
@@ -111,20 +113,32 @@ def _sort_rows(indptr, indices):
     return indices
 
 
-@numba.njit(cache=True)
+@numba.njit(parallel=True, cache=True)
 def _is_simple_symmetric(indptr, indices):
-    """Rows (already sorted) strictly increasing, no self-loop, and every u in row v has v in row u."""
-    for v in range(indptr.shape[0] - 1):
+    """Every row strictly increasing (so sorted, no repeats), no self-loop, and every u in row v has v in row u.
+
+    One parallel pass over nnz with a binary search in row u per entry; this check is all the overhead the metis
+    path adds to a direct pymetis call on an already symmetric graph, so it runs on every core.
+    """
+    bad = 0
+    for v in numba.prange(indptr.shape[0] - 1):
         lo, hi = indptr[v], indptr[v + 1]
         for e in range(lo, hi):
             u = indices[e]
-            if u == v or (e > lo and indices[e - 1] == u):
-                return False
-            row = indices[indptr[u]:indptr[u + 1]]
-            i = np.searchsorted(row, v)
-            if i == row.shape[0] or row[i] != v:
-                return False
-    return True
+            if u == v or (e > lo and indices[e - 1] >= u):
+                bad += 1
+                break
+            a, b = indptr[u], indptr[u + 1]
+            while a < b:  # first position in row u holding a value >= v (valid once every row passes)
+                mid = (a + b) // 2
+                if indices[mid] < v:
+                    a = mid + 1
+                else:
+                    b = mid
+            if a == indptr[u + 1] or indices[a] != v:
+                bad += 1
+                break
+    return bad == 0
 
 
 @numba.njit(cache=True)

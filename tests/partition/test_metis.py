@@ -71,3 +71,16 @@ def test_seed_0_reproduces_a_plain_pymetis_call(rng):
                             symmetrize=True, drop_self_loops=True)
     ref = pymetis.part_graph(4, pymetis.CSRAdjacency(g.indptr, g.indices))
     assert np.array_equal(metis_partition(g.indptr, g.indices, 4, seed=0), np.asarray(ref.vertex_part))
+
+
+def test_known_symmetric_graph_goes_to_metis_unchanged_and_gives_the_checked_result():
+    from haloflow.data.graph import CSRGraph
+    from haloflow.partition.api import PartitionConfig, partition_graph
+
+    rng = np.random.default_rng(5)
+    src, dst = rng.integers(0, 300, 2000), rng.integers(0, 300, 2000)
+    g = CSRGraph.from_edges(src, dst, 300, symmetrize=True, drop_self_loops=True)
+    assert g.simple_symmetric and not CSRGraph.from_edges(src, dst, 300, symmetrize=True).simple_symmetric
+    unknown = CSRGraph(indptr=g.indptr, indices=g.indices, num_nodes=300)  # same arrays, checked instead
+    cfg = PartitionConfig(num_parts=4, method="metis")
+    np.testing.assert_array_equal(partition_graph(g, cfg).parts, partition_graph(unknown, cfg).parts)
