@@ -12,12 +12,11 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import subprocess
-import sys
 
+from haloflow.engine.dist import launch_torchrun
 from haloflow.errors import ConfigError
 
-__all__ = ["register", "config_from_args", "torchrun_command"]
+__all__ = ["register", "config_from_args", "rank_argv"]
 
 log = logging.getLogger(__name__)
 
@@ -78,22 +77,14 @@ def config_from_args(args: argparse.Namespace):
                           normalize_features=not args.no_normalize, symmetrize=not args.directed)
 
 
-def torchrun_command(args: argparse.Namespace, nproc: int) -> list[str]:
-    """``python -m torch.distributed.run ... -m haloflow train gcn ...`` with every option forwarded.
-
-    ``--standalone`` lets the rendezvous store pick a free port itself, so two launches never race for one.
-    """
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc),
-           "-m", "haloflow"]
-    if getattr(args, "verbose", False):
-        cmd.append("-v")
-    cmd += ["train", "gcn"]
+def rank_argv(args: argparse.Namespace) -> list[str]:
+    """``-m haloflow train gcn ...`` with every option forwarded: what each rank runs under torchrun."""
+    argv = ["-m", "haloflow"] + (["-v"] if getattr(args, "verbose", False) else []) + ["train", "gcn"]
     for flag, dest, _ in _OPTIONS:
         value = getattr(args, dest)
         if value is not None:
-            cmd += [flag, str(value)]
-    cmd += [flag for flag, dest in _FLAGS if getattr(args, dest)]
-    return cmd
+            argv += [flag, str(value)]
+    return argv + [flag for flag, dest in _FLAGS if getattr(args, dest)]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -105,11 +96,7 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError("--nproc needs --partitions DIR (one rank per part); --dataset runs in one process")
         if "WORLD_SIZE" in os.environ:
             raise ConfigError("--nproc starts torchrun itself; under torchrun, leave --nproc out")
-        cmd = torchrun_command(args, args.nproc)
-        log.info("starting: %s", " ".join(cmd))
-        threads = os.environ.get("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // args.nproc)))
-        env = {**os.environ, "OMP_NUM_THREADS": threads}  # K ranks share the cores instead of each taking all
-        return subprocess.call(cmd, env=env)
+        return launch_torchrun(args.nproc, rank_argv(args)).returncode
 
     from haloflow.engine.train_gcn import train_gcn
 
