@@ -16,13 +16,13 @@ from collections.abc import Callable
 
 from haloflow.errors import HaloflowError
 
-__all__ = ["main", "build_parser", "run_command"]
+__all__ = ["main", "build_parser", "register_modules", "run_command"]
 
 # What a user's mistake raises: our own errors and the OS's complaints about the paths they gave.
 _USER_ERRORS = (HaloflowError, FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError)
 
-# Subcommand modules, in the order `--help` lists them. A module that is not there yet is skipped.
-_COMMANDS = ["partition", "inspect", "plan_tables", "preprocess", "train", "bench", "demo"]
+# Subcommand modules, in the order `--help` lists them.
+_COMMANDS = ["partition", "inspect", "plan_tables", "preprocess", "train", "demo"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -31,16 +31,14 @@ def build_parser() -> argparse.ArgumentParser:
         description="Partition graphs and embedding tables, and train GCN / DLRM models exactly across processes.",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in _COMMANDS:
-        try:
-            module = importlib.import_module(f"haloflow.cli.{name}")
-        except ModuleNotFoundError as err:
-            if err.name == f"haloflow.cli.{name}":
-                continue
-            raise
-        module.register(sub)
+    register_modules(parser.add_subparsers(dest="command", metavar="COMMAND"), _COMMANDS)
     return parser
+
+
+def register_modules(subparsers, modules: list[str]) -> None:
+    """Import ``haloflow.cli.<module>`` for each name and let it add its parser (``register(subparsers)``)."""
+    for name in modules:
+        importlib.import_module(f"haloflow.cli.{name}").register(subparsers)
 
 
 def main(argv: list[str] | None = None) -> int:
