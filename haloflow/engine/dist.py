@@ -83,7 +83,9 @@ def init_from_env(*, timeout_s: float = 120.0, device: str = "auto", force_distr
         return DistContext(rank=0, world_size=1, local_rank=0, device=dev, backend=None, group=None)
     backend = "nccl" if dev.type == "cuda" else "gloo"
     if not dist.is_initialized():
-        dist.init_process_group(backend=backend, timeout=_dt.timedelta(seconds=timeout_s))
+        # NCCL binds the group to this rank's device up front (barriers then know where to run)
+        extra = {"device_id": dev} if dev.type == "cuda" else {}
+        dist.init_process_group(backend=backend, timeout=_dt.timedelta(seconds=timeout_s), **extra)
         log.info("rank %d/%d joined the %s group", rank, world, backend)
     return DistContext(
         rank=dist.get_rank(), world_size=dist.get_world_size(), local_rank=local, device=dev,
