@@ -16,14 +16,6 @@ def folder(tmp_path):
     return out, summary
 
 
-def _fails(capsys, argv, *patterns):
-    assert main([str(a) for a in argv]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "Traceback" not in err, err
-    for pattern in patterns:
-        assert pattern in err, err
-
-
 def test_inspect_prints_meta_and_table(folder, capsys):
     out, summary = folder
     assert main(["inspect", str(out)]) == 0
@@ -39,19 +31,19 @@ def test_inspect_prints_meta_and_table(folder, capsys):
     assert stdout.rstrip().endswith("sizes and CRC-32 checked")
 
 
-def test_inspect_errors(folder, tmp_path, capsys):
+def test_inspect_errors(cli_fails, folder, tmp_path, capsys):
     out, _ = folder
-    _fails(capsys, ["inspect", tmp_path / "nowhere"], "partition folder", "nowhere does not exist")
+    cli_fails(["inspect", tmp_path / "nowhere"], "partition folder", "nowhere does not exist")
     target = out / "part-2" / "features.npy"
     data = target.read_bytes()
     target.write_bytes(data[: len(data) // 2])
-    _fails(capsys, ["inspect", out, "--no-verify"], "part-2/features.npy is truncated or altered",
+    cli_fails(["inspect", out, "--no-verify"], "part-2/features.npy is truncated or altered",
            f"{len(data) // 2} bytes, expected {len(data)}")
     target.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))
     assert main(["inspect", str(out), "--no-verify"]) == 0
     assert "checksums skipped (--no-verify)" in capsys.readouterr().out
-    _fails(capsys, ["inspect", out], "part-2/features.npy is corrupt: CRC-32")
+    cli_fails(["inspect", out], "part-2/features.npy is corrupt: CRC-32")
     meta = json.loads((out / "meta.json").read_text())
     meta["format_version"] = 0
     (out / "meta.json").write_text(json.dumps(meta))
-    _fails(capsys, ["inspect", out], "meta.json: format_version is 0, expected 1")
+    cli_fails(["inspect", out], "meta.json: format_version is 0, expected 1")

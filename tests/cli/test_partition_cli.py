@@ -1,5 +1,4 @@
 import numpy as np
-import pytest
 
 from haloflow.cli import main
 from haloflow.partition.format import load_meta, load_new_to_orig, load_partition
@@ -14,15 +13,6 @@ def _snap(tmp_path, seed=0, n=60, m=240):
     path = tmp_path / "g.txt"
     path.write_text("# test graph\n" + "".join(f"{s}\t{d}\n" for s, d in zip(src, dst)))
     return path
-
-
-def _fails(capsys, argv, *patterns):
-    assert main([str(a) for a in argv]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "Traceback" not in err, err
-    for pattern in patterns:
-        assert pattern in err, err
-    return err
 
 
 def test_partition_writes_folder_and_prints_table(tmp_path, capsys):
@@ -54,23 +44,23 @@ def test_no_symmetrize_keeps_directed_edges(tmp_path, capsys):
     assert load_meta(out).config["balance"] == ["nodes", "edges"]
 
 
-def test_bad_input_one_line_and_nothing_written(tmp_path, capsys):
+def test_bad_input_one_line_and_nothing_written(cli_fails, tmp_path, capsys):
     out = tmp_path / "out"
     bad = tmp_path / "bad.txt"
     bad.write_text("0 1\n1 2\n2 x\n")
-    _fails(capsys, ["partition", bad, "--parts", 2, "--out", out], "bad.txt:3")
+    cli_fails(["partition", bad, "--parts", 2, "--out", out], "bad.txt:3")
     empty = tmp_path / "empty.txt"
     empty.write_text("# nothing here\n")
-    _fails(capsys, ["partition", empty, "--parts", 2, "--out", out], "empty.txt", "empty graph")
+    cli_fails(["partition", empty, "--parts", 2, "--out", out], "empty.txt", "empty graph")
     good = _snap(tmp_path)
-    _fails(capsys, ["partition", good, "--parts", 0, "--out", out], "--parts must be an integer >= 1, got 0")
-    _fails(capsys, ["partition", good, "--parts", 61, "--out", out], "--parts=61 exceeds the graph's 60 nodes")
-    _fails(capsys, ["partition", good, "--parts", 2, "--balance", "nodes,colour", "--out", out],
+    cli_fails(["partition", good, "--parts", 0, "--out", out], "--parts must be an integer >= 1, got 0")
+    cli_fails(["partition", good, "--parts", 61, "--out", out], "--parts=61 exceeds the graph's 60 nodes")
+    cli_fails(["partition", good, "--parts", 2, "--balance", "nodes,colour", "--out", out],
            "--balance: unknown weight 'colour'")
-    _fails(capsys, ["partition", tmp_path / "missing.txt", "--parts", 2, "--out", out], "missing.txt")
+    cli_fails(["partition", tmp_path / "missing.txt", "--parts", 2, "--out", out], "missing.txt")
     assert not out.exists()
     out.mkdir()
-    _fails(capsys, ["partition", good, "--parts", 2, "--out", out], f"{out} already exists", "--overwrite")
+    cli_fails(["partition", good, "--parts", 2, "--out", out], f"{out} already exists", "--overwrite")
     assert list(out.iterdir()) == []
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.txt", "empty.txt", "g.txt", "out"]
 
