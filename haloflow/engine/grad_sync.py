@@ -21,6 +21,7 @@ received per rank, which is small for GCN weights.
 from __future__ import annotations
 
 import logging
+import weakref
 from dataclasses import dataclass, field
 
 import torch
@@ -61,6 +62,18 @@ class _Bucket:
     seen: set = field(default_factory=set)
 
 
+class _WeakHook:
+    """Post-accumulate-grad hook that forwards to a sync object through a weak reference."""
+
+    def __init__(self, sync: "BucketedGradSync"):
+        self._ref = weakref.ref(sync)
+
+    def __call__(self, p: nn.Parameter) -> None:
+        sync = self._ref()
+        if sync is not None:
+            sync._on_grad(p)
+
+
 class BucketedGradSync:
     """Sum gradients over the ranks of ``group``, overlapped with backward (see the module docstring).
 
@@ -81,8 +94,12 @@ class BucketedGradSync:
         if group is None:
             return
         self._build_buckets()
+        # The hooks hold this object weakly: a strong reference would make a cycle (parameter -> hook -> sync ->
+        # parameter) that keeps the process group alive until interpreter shutdown, and gloo then aborts
+        # ("terminate called without an active exception") in a few runs in ten.
+        hook = _WeakHook(self)
         for p in self.params:
-            self._handles.append(p.register_post_accumulate_grad_hook(self._on_grad))
+            self._handles.append(p.register_post_accumulate_grad_hook(hook))
 
     def _build_buckets(self) -> None:
         groups: list[list[nn.Parameter]] = []

@@ -49,3 +49,34 @@ def test_sum_is_rank_ordered_and_identical_everywhere(tmp_path):
                 assert torch.equal(got, expected), (step, i, r)
     n = sum(int(np.prod(s)) for s in SHAPES)
     assert int(res[1]["grad_bytes"]) == 2 * n * 4 * (K - 1)  # two steps, own gradients to K-1 peers
+
+
+def test_hooks_do_not_keep_the_sync_alive():
+    """No reference cycle through the hooks: dropping the sync frees it (and its process group reference) at once,
+    not at interpreter shutdown, where gloo aborts the process."""
+    import gc
+    import weakref
+
+    import torch.distributed as dist
+
+    if dist.is_initialized():  # pragma: no cover - never in this test process
+        pytest.skip("a process group is already initialised")
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    gc_was_enabled = gc.isenabled()
+    gc.disable()  # only reference counting may free it
+    try:
+        p = nn.Parameter(torch.ones(3))
+        sync = BucketedGradSync([p], dist.group.WORLD)
+        (p * 2.0).sum().backward()
+        sync.wait()
+        torch.testing.assert_close(p.grad, torch.full((3,), 2.0))
+        ref = weakref.ref(sync)
+        del sync
+        assert ref() is None
+        p.grad = None
+        (p * 3.0).sum().backward()  # the orphaned hook does nothing
+        torch.testing.assert_close(p.grad, torch.full((3,), 3.0))
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+        dist.destroy_process_group()
