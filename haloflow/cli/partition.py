@@ -12,6 +12,7 @@ import time
 from haloflow.data.readers import FORMATS
 from haloflow.errors import ConfigError
 from haloflow.partition.api import METHODS, PartitionConfig
+from haloflow.partition.fennel import FENNEL_STARTS
 from haloflow.partition.format import check_output_dir
 from haloflow.partition.pipeline import partition_dataset, read_input
 
@@ -19,7 +20,7 @@ __all__ = ["register", "run"]
 
 # PartitionConfig field -> the flag a CLI user typed, so that error messages name the flag.
 _FLAGS = {"num_parts": "--parts", "method": "--method", "balance": "--balance", "imbalance": "--imbalance",
-          "seed": "--seed"}
+          "seed": "--seed", "fennel_start": "--fennel-start"}
 
 
 def register(subparsers) -> None:
@@ -36,6 +37,11 @@ def register(subparsers) -> None:
     p.add_argument(
         "--balance", default="nodes", metavar="W[,W...]",
         help="weights to balance, comma-separated, any of nodes, edges, train (default: nodes)",
+    )
+    p.add_argument(
+        "--fennel-start", choices=FENNEL_STARTS, default="auto",
+        help="fennel only: auto (default) runs the streaming start and a recursive BFS bisection and keeps the "
+        "smaller cut; stream is plain Fennel (half the time); bisect suits road networks and meshes",
     )
     p.add_argument("--imbalance", type=float, default=1.05, help="largest part / mean part, per weight (default 1.05)")
     p.add_argument("--seed", type=int, default=0, help="random seed; the same seed gives the same partition")
@@ -60,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         config = PartitionConfig(
             num_parts=args.parts, method=args.method, balance=tuple(w.strip() for w in args.balance.split(",")),
-            imbalance=args.imbalance, seed=args.seed,
+            imbalance=args.imbalance, seed=args.seed, fennel_start=args.fennel_start,
         )
         check_output_dir(args.out, args.overwrite)  # fail before reading a large input
         t = time.perf_counter()

@@ -22,7 +22,7 @@ import numpy as np
 from haloflow.data.graph import CSRGraph
 from haloflow.errors import ConfigError
 from haloflow.partition.balance import BALANCE_WEIGHTS, balance_caps, balance_weights, part_loads, rebalance
-from haloflow.partition.fennel import fennel_partition
+from haloflow.partition.fennel import FENNEL_STARTS, fennel_partition
 from haloflow.partition.metis import metis_partition, symmetric_adjacency
 from haloflow.partition.random import random_partition
 from haloflow.partition.types import Assignment
@@ -46,6 +46,9 @@ class PartitionConfig:
             floor used when rounding or one heavy node makes that impossible).
         seed: makes every method deterministic (the same seed gives the same parts); 0 is METIS's own default.
         chunk_size: fennel only, vertices per streamed chunk (bounds the rows read at once).
+        fennel_start: fennel only, ``"auto"`` (default: both starts, the smaller cut wins), ``"stream"`` (plain
+            Fennel, half the time) or ``"bisect"`` (recursive BFS bisection, for meshes and road networks); see
+            ``haloflow.partition.fennel``.
     """
 
     num_parts: int
@@ -54,6 +57,7 @@ class PartitionConfig:
     imbalance: float = 1.05  # METIS's own default is 1.03 (k-way); 5% leaves room for a second weight
     seed: int = 0
     chunk_size: int = 1 << 20  # 1M vertices: ~8 MiB of indptr per chunk
+    fennel_start: str = "auto"
 
     def __post_init__(self) -> None:
         if isinstance(self.balance, str):  # balance="edges" would otherwise be read letter by letter
@@ -78,6 +82,10 @@ class PartitionConfig:
             raise ConfigError(f"PartitionConfig.seed must be an integer >= 0, got {self.seed!r}")
         if not isinstance(self.chunk_size, (int, np.integer)) or self.chunk_size < 1:
             raise ConfigError(f"PartitionConfig.chunk_size must be an integer >= 1, got {self.chunk_size!r}")
+        if self.fennel_start not in FENNEL_STARTS:
+            raise ConfigError(
+                f"PartitionConfig.fennel_start must be one of {', '.join(FENNEL_STARTS)}; got {self.fennel_start!r}"
+            )
 
 
 def partition_graph(
@@ -113,7 +121,7 @@ def partition_graph(
     elif config.method == "fennel":
         parts = fennel_partition(
             graph.indptr, graph.indices, k, imbalance=config.imbalance, seed=config.seed,
-            chunk_size=config.chunk_size, progress=progress,
+            chunk_size=config.chunk_size, start=config.fennel_start, progress=progress,
         )
     else:
         parts = random_partition(graph.num_nodes, k, seed=config.seed)
