@@ -21,7 +21,8 @@ import numpy as np
 
 from haloflow.data.graph import CSRGraph
 from haloflow.errors import ConfigError
-from haloflow.partition.balance import BALANCE_WEIGHTS, balance_caps, balance_weights, part_loads, rebalance
+from haloflow.partition.balance import (BALANCE_WEIGHTS, balance_caps, balance_goals, balance_weights, part_loads,
+                                         rebalance)
 from haloflow.partition.fennel import FENNEL_STARTS, fennel_partition
 from haloflow.partition.metis import metis_partition, symmetric_adjacency
 from haloflow.partition.random import random_partition
@@ -125,7 +126,7 @@ def partition_graph(
         )
     else:
         parts = random_partition(graph.num_nodes, k, seed=config.seed)
-    parts = rebalance(indptr, indices, parts, weights, caps, k)
+    parts = rebalance(indptr, indices, parts, weights, caps, k, goals=balance_goals(weights, k, config.imbalance))
     log.info(
         "partitioned %d nodes into %d parts with %s; largest/cap per weight %s",
         graph.num_nodes, k, config.method,
