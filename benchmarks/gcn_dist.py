@@ -10,7 +10,9 @@ OMP threads = cores / K per rank (at least 1). Per K it reports:
   and backward) - they must be equal;
 - overlap = 1 - (time blocked on halos) / (time of the same exchanges run alone, blocking);
 - the cost model's predicted epoch time (``haloflow.engine.cost_model``) from the partition statistics, compute
-  rates measured here in one process and the bandwidth of the standalone exchange.
+  rates measured here in one process and the bandwidth of the standalone exchange. The rate of "other" work per
+  activation element comes from timing a whole single-process training step with the same threads, so K = 1
+  is the calibration point and K = 2, 4 are the predictions to judge.
 """
 
 from __future__ import annotations
@@ -116,6 +118,38 @@ def measure_rates(graph, threads: int, width: int):
     return Rates(spmm_s=spmm, gemm_s=gemm, elem_s=elem, byte_s=0.0)
 
 
+def measure_other_rate(dataset, model_cfg, rates, threads: int, repeats: int = 3) -> float:
+    """Seconds per activation element that a whole training step (one process, the full graph) spends beyond
+    the cost model's SpMM, GEMM and dropout terms: bias, relu, loss, backward elementwise kernels, Adam."""
+    from haloflow.engine.cost_model import PartLoad, predict_epoch
+    from haloflow.models import GCN, LocalAggregator, gcn_loss
+
+    torch.set_num_threads(threads)
+    graph = dataset.graph
+    agg = LocalAggregator(graph)
+    model = GCN(model_cfg)
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    x = torch.from_numpy(dataset.features)
+    labels = torch.from_numpy(dataset.labels)
+    mask = torch.from_numpy(dataset.train_mask)
+    ids = torch.arange(graph.num_nodes)
+    n_train = int(mask.sum())
+    epoch = [0]
+
+    def step():
+        opt.zero_grad()
+        gcn_loss(model(x, agg, ids, epoch[0]), labels, mask, n_train).backward()
+        opt.step()
+        epoch[0] += 1
+
+    model.train()
+    step_s = _time(step, repeats)
+    modelled = predict_epoch([PartLoad.whole(graph.num_nodes, int(graph.indptr[-1]))], model_cfg,
+                             rates).compute_s
+    elements = graph.num_nodes * sum(model_cfg.dims[1:])
+    return max(0.0, step_s - modelled) / elements
+
+
 # ------------------------------------------------------------------------------------------------ driver
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -170,6 +204,7 @@ def main() -> None:
             res = json.loads(out.read_text())
             predicted_bytes = halo_bytes_per_epoch(loads, model_cfg)
             rates = measure_rates(dataset.graph, threads, args.hidden)
+            rates = replace(rates, other_s=measure_other_rate(dataset, model_cfg, rates, threads))
             oversub = max(1.0, k * threads / CORES)  # K processes sharing fewer cores run proportionally slower
             rates = replace(rates, spmm_s=rates.spmm_s * oversub, gemm_s=rates.gemm_s * oversub,
                             elem_s=rates.elem_s * oversub)

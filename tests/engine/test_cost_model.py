@@ -35,6 +35,15 @@ def test_overlap_hides_communication_behind_the_inner_spmm():
     assert EpochCost(1, 2, 3) + EpochCost(1, 1, 1) == EpochCost(2, 3, 4)
 
 
+def test_other_work_is_per_activation_element():
+    base = Rates(spmm_s=1e-3, gemm_s=1e-6, elem_s=1e-5, byte_s=1e-9)
+    more = Rates(spmm_s=1e-3, gemm_s=1e-6, elem_s=1e-5, byte_s=1e-9, other_s=1e-4)
+    one = [PartLoad.whole(20, 40)]
+    # 20 nodes x (6 + 6 + 2) activation elements of layers 1..3
+    assert predict_epoch(one, MODEL, more).compute_s - predict_epoch(one, MODEL, base).compute_s == pytest.approx(
+        20 * 14 * 1e-4)
+
+
 def test_rates_must_be_non_negative():
     with pytest.raises(ConfigError, match="Rates.byte_s must be >= 0, got -1"):
         Rates(spmm_s=0, gemm_s=0, elem_s=0, byte_s=-1)
