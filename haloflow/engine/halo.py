@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -197,7 +197,6 @@ class _Op:
     selection: HaloSelection | None
     fwd: _Inflight | None = None
     bwd: _Inflight | None = None
-    halo: torch.Tensor | None = field(default=None, repr=False)
 
 
 class HaloExchange:
@@ -344,11 +343,14 @@ class HaloHandle:
     def __init__(self, op: _Op, token: torch.Tensor) -> None:
         self._op = op
         self._token = token
+        # The halo is cached here, not on the op: the halo's backward node holds the op (ctx.op), so op -> halo
+        # would be a cycle that keeps the exchange, its buffers and its process group alive past the step.
+        self._halo: torch.Tensor | None = None
 
     def wait(self) -> torch.Tensor:
-        if self._op.halo is None:
-            self._op.halo = _WaitFn.apply(self._token, self._op)
-        return self._op.halo
+        if self._halo is None:
+            self._halo = _WaitFn.apply(self._token, self._op)
+        return self._halo
 
 
 class _StartFn(torch.autograd.Function):

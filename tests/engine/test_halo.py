@@ -60,6 +60,29 @@ def test_exchange_rejects_bad_inputs():
         ex.start(torch.zeros(3, 2))
 
 
+def test_a_finished_exchange_is_freed_by_reference_counting():
+    """No cycle through the autograd graph (handle -> halo -> backward node -> op): once the step's tensors are
+    dropped, the exchange (and, on a real group, the process group it holds) goes with them, not at exit."""
+    import gc
+    import weakref
+
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        ex = HaloExchange(torch.tensor([0, 1]), [0, 2], [0, 1], n_inner=4)
+        x = torch.ones(4, 3, requires_grad=True)
+        handle = ex.start(x)
+        halo = handle.wait()
+        assert handle.wait() is halo  # cached on the handle
+        (x.sum() + halo.sum()).backward()
+        ref = weakref.ref(ex)
+        del ex, handle, halo
+        assert ref() is None
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+
+
 @pytest.mark.slow
 def test_exchange_matches_full_graph(tmp_path):
     proc = run_torchrun(SCRIPTS / "halo_exchange.py", K, [tmp_path], timeout=120)
