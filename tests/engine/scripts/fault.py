@@ -19,12 +19,16 @@ def main(partitions: str, out: Path, mode: str, timeout_s: float) -> None:
     ctx = init_from_env(timeout_s=timeout_s)
     loss_fn, calls = trainer.gcn_loss, [0]
 
+    fault_t = [None]
+
     def faulty_loss(*args, **kwargs):  # the fault, injected at a point every rank reaches
         calls[0] += 1
-        if ctx.rank == 1 and calls[0] == 3:
-            if mode == "stalled":
-                time.sleep(timeout_s + 4)  # silent for longer than the others' timeout
-            os._exit(0)
+        if calls[0] == 3:
+            fault_t[0] = time.perf_counter()  # rank 0: from here on, its peer is gone
+            if ctx.rank == 1:
+                if mode == "stalled":
+                    time.sleep(timeout_s + 15)  # silent for well over the others' timeout
+                os._exit(0)
         return loss_fn(*args, **kwargs)
 
     trainer.gcn_loss = faulty_loss
@@ -35,6 +39,7 @@ def main(partitions: str, out: Path, mode: str, timeout_s: float) -> None:
     except DistributedError as err:
         record = {"error": str(err), "type": type(err).__name__}
     record["elapsed_s"] = time.perf_counter() - t0
+    record["after_fault_s"] = time.perf_counter() - fault_t[0] if fault_t[0] is not None else None
     (out / f"rank{ctx.rank}.json").write_text(json.dumps(record))
     os._exit(0)  # the group is broken; skip its teardown
 
