@@ -22,7 +22,7 @@ __all__ = ["main", "build_parser", "register_modules", "run_command"]
 _USER_ERRORS = (HaloflowError, FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError)
 
 # Subcommand modules, in the order `--help` lists them.
-_COMMANDS = ["partition", "inspect", "plan_tables", "preprocess", "train", "demo"]
+_COMMANDS = ["partition", "inspect", "plan_tables", "preprocess", "train", "bench", "demo"]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,38 @@
+"""Benchmarks, each a module with ``main(argv) -> int`` that prints a table and writes JSON under ``bench-results/``.
+
+Run them as ``haloflow bench NAME [OPTIONS]`` or ``python benchmarks/NAME.py [OPTIONS]`` (the same code). Every
+benchmark measures haloflow against a peer in the same run (pymetis, PyG, plain PyTorch, a transpose, numpy's
+parsers): the ratio is the result, not the absolute time. Some peers are test extras (``pip install
+haloflow[test]`` brings torch-geometric).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["Benchmark", "BENCHMARKS"]
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    module: str  # importable module with ``main(argv) -> int``
+    summary: str  # one line for ``haloflow bench``'s list
+    minutes: str  # typical run time of the defaults on 2 cores
+
+
+BENCHMARKS: dict[str, Benchmark] = {
+    "partition": Benchmark("haloflow.bench.partition",
+                           "metis / fennel / random against pymetis called directly: cut, halo, balance, time, memory",
+                           "15"),
+    "gcn": Benchmark("haloflow.bench.gcn", "one-process GCN epoch against PyG GCNConv; SpMM kernels", "1"),
+    "gcn-dist": Benchmark("haloflow.bench.gcn_dist",
+                          "GCN epoch at K = 1, 2, 4 ranks: halo bytes against the prediction, overlap, cost model",
+                          "5"),
+    "dlrm": Benchmark("haloflow.bench.dlrm",
+                      "DLRM samples/s against plain PyTorch; sharded K = 2, 4 bytes against the plan", "3"),
+    "planner": Benchmark("haloflow.bench.planner",
+                         "table-sharding plans against the lower bound; planning 1,000 tables", "1"),
+    "readers": Benchmark("haloflow.bench.readers", "graph readers against numpy's and pyarrow's parsers", "1"),
+    "halo-build": Benchmark("haloflow.bench.halo_build",
+                            "halo construction and partition-folder I/O against one transpose", "2"),
+}

@@ -1,0 +1,231 @@
+"""Single-process GCN benchmark: haloflow's epoch against PyG ``GCNConv`` in the same run, plus SpMM kernels.
+
+Graph: random, symmetric, no self-loops, ``--nodes`` nodes and about ``--entries`` adjacency entries (default
+200,000 / 2.2 M); features (N, 128) and labels in 40 classes drawn from a seeded RNG. Model 128 -> 128 -> 40,
+dropout 0.5, Adam, cross-entropy over all nodes. One epoch = forward + backward + optimizer step.
+
+Contestants (each timed for one epoch in turn, round after round, so load from other processes hits all alike):
+
+    haloflow           GCN(precompute_first=True): layer 0's A_hat X computed once before training
+    haloflow-noprecomp GCN(precompute_first=False): A_hat X recomputed every epoch (same math)
+    pyg-sparse         2 x GCNConv(cached=True) on a torch.sparse_csr adjacency (PyG's supported sparse input)
+    pyg-edge_index     2 x GCNConv(cached=True) on edge_index (gather / scatter message passing)
+
+Target (issue "Full-batch distributed GCN"): haloflow <= 0.5 x pyg-sparse epoch time.
+
+SpMM table: forward ``A @ X`` and backward ``A^T @ G`` (our custom autograd function with the transpose built
+once) for both kernels at widths 16, 40, 128, and torch's own sparse autograd backward for reference.
+
+    haloflow bench gcn                          # defaults, about a minute on 2 cores
+    haloflow bench gcn --nodes 20000 --entries 220000 --epochs 3    # a quick look
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from haloflow.data.graph import CSRGraph
+from haloflow.models import GCN, GCNConfig, KERNELS, LocalAggregator, gcn_loss
+from haloflow.models.spmm import DEFAULT_KERNEL
+from haloflow.utils.table import format_table
+
+log = logging.getLogger("benchmarks.gcn")
+
+
+def random_graph(num_nodes: int, entries: int, seed: int) -> CSRGraph:
+    """Symmetric random graph with about ``entries`` stored (directed) entries and no self-loops."""
+    rng = np.random.default_rng(seed)
+    m = entries // 2
+    return CSRGraph.from_edges(rng.integers(0, num_nodes, m), rng.integers(0, num_nodes, m), num_nodes,
+                               symmetrize=True, drop_self_loops=True)
+
+
+def best_ms(fn, repeats: int) -> float:
+    fn()  # warm-up (numba compilation, allocator)
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return 1000.0 * min(times)
+
+
+# ----------------------------------------------------------------------------------------------- SpMM kernels
+def bench_spmm(graph: CSRGraph, widths: list[int], repeats: int, seed: int) -> list[dict]:
+    rows = []
+    gen = torch.Generator().manual_seed(seed)
+    for kernel in KERNELS:
+        op = LocalAggregator(graph, "gcn", kernel=kernel).op
+        for f in widths:
+            x = torch.randn(graph.num_nodes, f, generator=gen)  # (N, F)
+            fwd = best_ms(lambda: op @ x, repeats)
+            bwd = best_ms(lambda: op._bwd.matmul(x, kernel), repeats)  # the backward's A^T @ G
+            rows.append(dict(kernel=kernel, width=f, forward_ms=fwd, backward_ms=bwd))
+    # torch's own autograd through torch.sparse.mm (what a plain torch user gets), for reference
+    a = LocalAggregator(graph, "gcn", kernel="torch").op._fwd.torch_csr(torch.float32)
+    for f in widths:
+        x = torch.randn(graph.num_nodes, f, generator=gen).requires_grad_()
+        g = torch.randn(graph.num_nodes, f, generator=gen)
+
+        def autograd_step():
+            x.grad = None
+            torch.sparse.mm(a, x).backward(g)
+
+        total = best_ms(autograd_step, repeats)
+        fwd = best_ms(lambda: torch.sparse.mm(a, x.detach()), repeats)
+        rows.append(dict(kernel="torch-autograd", width=f, forward_ms=fwd, backward_ms=total - fwd))
+    return rows
+
+
+# ----------------------------------------------------------------------------------------------- epochs
+class PygGCN(torch.nn.Module):
+    def __init__(self, dims: list[int], p: float):
+        super().__init__()
+        from torch_geometric.nn import GCNConv
+
+        self.convs = torch.nn.ModuleList(GCNConv(dims[i], dims[i + 1], cached=True) for i in range(len(dims) - 1))
+        self.p = p
+
+    def forward(self, x, adj):
+        for i, conv in enumerate(self.convs):
+            x = conv(F.dropout(x, self.p, self.training), adj)
+            if i < len(self.convs) - 1:
+                x = F.relu(x)
+        return x
+
+
+def make_contestants(graph: CSRGraph, x: torch.Tensor, y: torch.Tensor, args) -> dict:
+    """name -> a function running one training epoch."""
+    n = graph.num_nodes
+    dims = [args.in_dim, args.hidden, args.out_dim]
+    ids = torch.arange(n)
+    mask = torch.ones(n, dtype=torch.bool)
+    steps = {}
+    for name, pre in (("haloflow", True), ("haloflow-noprecomp", False)):
+        cfg = GCNConfig(in_dim=dims[0], out_dim=dims[2], hidden_dim=dims[1], dropout=0.5, precompute_first=pre)
+        model, agg = GCN(cfg).train(), LocalAggregator(graph, cfg.norm, kernel=args.kernel)
+        opt = torch.optim.Adam(model.parameters(), lr=0.01)
+        state = {"epoch": 0}
+
+        def step(model=model, agg=agg, opt=opt, state=state):
+            opt.zero_grad()
+            gcn_loss(model(x, agg, ids, state["epoch"]), y, mask, n).backward()
+            opt.step()
+            state["epoch"] += 1
+
+        steps[name] = step
+    src, dst = graph.edges()
+    adj_t = torch.sparse_csr_tensor(  # row = destination: PyG's adj_t convention
+        torch.from_numpy(graph.indptr), torch.from_numpy(graph.indices), torch.ones(graph.num_edges), size=(n, n),
+        check_invariants=False,
+    )
+    edge_index = torch.from_numpy(np.stack([src, dst]))
+    for name, adj in (("pyg-sparse", adj_t), ("pyg-edge_index", edge_index)):
+        torch.manual_seed(args.seed)
+        model = PygGCN(dims, 0.5).train()
+        opt = torch.optim.Adam(model.parameters(), lr=0.01)
+
+        def step(model=model, opt=opt, adj=adj):
+            opt.zero_grad()
+            F.cross_entropy(model(x, adj), y).backward()
+            opt.step()
+
+        steps[name] = step
+    return steps
+
+
+def bench_epochs(steps: dict, epochs: int, warmup: int, skip: set[str]) -> dict[str, list[float]]:
+    times = {name: [] for name in steps if name not in skip}
+    for r in range(warmup + epochs):
+        for name in times:
+            t0 = time.perf_counter()
+            steps[name]()
+            dt = time.perf_counter() - t0
+            if r >= warmup:
+                times[name].append(dt)
+        log.info("round %d done", r)
+    return times
+
+
+def perf_model(graph: CSRGraph, d: list[int]) -> dict:
+    """FLOPs and main-memory bytes of one haloflow epoch (precompute on), counting the big terms only."""
+    n, nnz = graph.num_nodes, graph.num_edges + graph.num_nodes  # + self-loops
+    flops = 2 * n * d[0] * d[1] * 2  # layer 0: (A X) W0 forward and its weight gradient
+    flops += 2 * n * d[1] * d[2] * 3  # layer 1: H W1 forward, grad W1, grad H
+    flops += 2 * nnz * d[2] * 2  # layer 1 SpMM forward + backward at width d[2]
+    spmm_bytes = 2 * nnz * (d[2] * 4 + 16)  # gathers of F floats + index and value per entry, fwd + bwd
+    return dict(gflop=flops / 1e9, spmm_gbytes=spmm_bytes / 1e9)
+
+
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    ap = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
+    ap.add_argument("--nodes", type=int, default=200_000)
+    ap.add_argument("--entries", type=int, default=2_200_000, help="adjacency entries (both directions)")
+    ap.add_argument("--in-dim", type=int, default=128)
+    ap.add_argument("--hidden", type=int, default=128)
+    ap.add_argument("--out-dim", type=int, default=40)
+    ap.add_argument("--epochs", type=int, default=5, help="timed rounds (one epoch of every contestant each)")
+    ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--spmm-repeats", type=int, default=3)
+    ap.add_argument("--widths", type=int, nargs="+", default=[16, 40, 128])
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--kernel", choices=KERNELS, default=DEFAULT_KERNEL)
+    ap.add_argument("--skip", nargs="*", default=[], help="contestants to leave out, e.g. pyg-edge_index")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", type=Path, default=Path("bench-results/gcn.json"))
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    torch.set_num_threads(args.threads)
+
+    graph = random_graph(args.nodes, args.entries, args.seed)
+    log.info("graph: %s", graph)
+    spmm = bench_spmm(graph, args.widths, args.spmm_repeats, args.seed)
+    print(format_table(["kernel", "width", "forward ms", "backward ms"],
+                       [[r["kernel"], r["width"], r["forward_ms"], r["backward_ms"]] for r in spmm],
+                       float_fmt=".1f", title="SpMM, A (N x N) @ X (N x F)"))
+
+    rng = np.random.default_rng(args.seed)
+    x = torch.from_numpy(rng.standard_normal((args.nodes, args.in_dim), dtype=np.float32))  # (N, in_dim)
+    y = torch.from_numpy(rng.integers(0, args.out_dim, args.nodes))  # (N,)
+    steps = make_contestants(graph, x, y, args)
+    times = bench_epochs(steps, args.epochs, args.warmup, set(args.skip))
+    med = {name: statistics.median(ts) for name, ts in times.items()}
+    ref = med.get("pyg-sparse")
+    print()
+    print(format_table(["contestant", "epoch s (median)", "min s", "x pyg-sparse"],
+                       [[k, med[k], min(times[k]), None if ref is None else med[k] / ref] for k in times],
+                       title=f"GCN epoch {args.in_dim}->{args.hidden}->{args.out_dim}, {args.threads} threads"))
+    model = perf_model(graph, [args.in_dim, args.hidden, args.out_dim])
+    if "haloflow" in med:
+        model["gflops_per_s"] = model["gflop"] / med["haloflow"]
+    result = dict(
+        benchmark="gcn",
+        config={k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+        graph=dict(nodes=graph.num_nodes, entries=graph.num_edges),
+        default_kernel=DEFAULT_KERNEL,
+        spmm=spmm,
+        epochs={k: dict(median_s=med[k], times_s=times[k]) for k in times},
+        ratio_haloflow_vs_pyg_sparse=None if ref is None or "haloflow" not in med else med["haloflow"] / ref,
+        target_ratio=0.5,
+        perf_model=model,
+    )
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = args.out.with_suffix(".tmp")
+    tmp.write_text(json.dumps(result, indent=2))
+    tmp.replace(args.out)
+    log.info("wrote %s", args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,56 @@
+"""`haloflow bench`: the list, a real (small) run through the CLI, and a clear error for an unknown name."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from haloflow.bench import BENCHMARKS
+from haloflow.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_without_a_name_it_lists_every_benchmark(capsys):
+    assert main(["bench"]) == 0
+    out = capsys.readouterr().out
+    for name, bench in BENCHMARKS.items():
+        assert name in out and bench.summary[:40] in out
+
+
+def test_unknown_benchmark_is_a_one_line_error(cli_fails):
+    cli_fails(["bench", "speed"], "haloflow bench: error: unknown benchmark 'speed'", "partition, gcn, gcn-dist")
+
+
+def test_a_small_run_writes_its_json(tmp_path, capsys):
+    out = tmp_path / "halo.json"
+    assert main(["bench", "halo-build", "--scale", "10", "--parts", "4", "--out", str(out)]) == 0
+    assert "halo" in capsys.readouterr().out.lower()
+    assert json.loads(out.read_text())
+
+
+def test_options_go_to_the_benchmark(capsys):
+    try:
+        main(["bench", "planner", "--help"])
+    except SystemExit as exit_:
+        assert exit_.code == 0
+    out = capsys.readouterr().out
+    assert "usage: haloflow bench planner" in out and "--timing-tables" in out
+
+
+def test_every_benchmark_module_imports_and_its_script_wrapper_points_at_it():
+    import importlib
+
+    for name, bench in BENCHMARKS.items():
+        module = importlib.import_module(bench.module)
+        assert callable(module.main), name
+        script = ROOT / "benchmarks" / f"{bench.module.rsplit('.', 1)[1]}.py"
+        assert f"from {bench.module} import main" in script.read_text(), script
+
+
+def test_script_wrapper_runs_the_same_code(tmp_path):
+    out = tmp_path / "halo.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "halo_build.py"), "--scale", "10", "--parts", "2",
+                           "--out", str(out)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(out.read_text())
