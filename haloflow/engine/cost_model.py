@@ -15,7 +15,7 @@ output width when it transforms first and its input width otherwise)::
     epoch(K) = max over ranks of  compute + exposed + gradient sync
 
 Bytes are predicted exactly (they are what the engine sends); times are as good as the rates, which the
-benchmark measures on this machine (``benchmarks/gcn_dist.py``). ``t_other`` is what a whole single-process
+benchmark measures on this machine (``haloflow bench gcn-dist``). ``t_other`` is what a whole single-process
 training step measures beyond the first three terms, divided by its activation elements: without it the model
 under-predicted the measured epoch by 30-43% at K = 1 and 2.
 """
