@@ -107,8 +107,8 @@ def fennel_partition(
     if order == "bfs":
         # The second sweep starts where the first ended (a pseudo-peripheral vertex), so parts grow as bands
         # across the graph instead of as rings around vertex 0.
-        ids = _bfs_order(indptr, indices, 0, np.empty(n, dtype=np.int64))  # (N,)
-        ids = _bfs_order(indptr, indices, ids[-1], ids)
+        ids = _bfs(indptr, indices, 0, np.empty(n, dtype=np.int64), None, None, 0, None)  # (N,)
+        ids = _bfs(indptr, indices, ids[-1], ids, None, None, 0, None)
     else:
         ids = None
     starts = ("stream", "bisect") if start == "auto" else (start,)
@@ -162,8 +162,8 @@ def _bisect(indptr: np.ndarray, indices: np.ndarray, num_parts: int, parts: np.n
             parts[verts] = first
             continue
         order = np.empty(verts.shape[0], dtype=np.int64)
-        _piece_bfs(indptr, indices, verts, parts, first + k, verts[0], order, seen)
-        _piece_bfs(indptr, indices, verts, parts, first + k, order[-1], order, seen)  # from the far end
+        _bfs(indptr, indices, verts[0], order, verts, parts, first + k, seen)
+        _bfs(indptr, indices, order[-1], order, verts, parts, first + k, seen)  # again from the far end
         k1 = kk // 2
         n1 = int(round(verts.shape[0] * k1 / kk))
         left, right = order[:n1], order[n1:]
@@ -174,31 +174,48 @@ def _bisect(indptr: np.ndarray, indices: np.ndarray, num_parts: int, parts: np.n
 
 
 @numba.njit(cache=True)
-def _piece_bfs(indptr, indices, verts, label, lab, start_vertex, order, seen):
-    """BFS order of the piece ``verts`` (every vertex labelled ``lab``) from ``start_vertex``, restarting at the
-    next unvisited vertex of ``verts`` when a component ends. ``seen`` (N,) is scratch, reset for the piece."""
-    m = verts.shape[0]
-    for i in range(m):
-        seen[verts[i]] = 0
+def _bfs(indptr, indices, start_vertex, order, verts, label, lab, seen):
+    """Breadth-first order from ``start_vertex`` into ``order``, restarting at the next unvisited vertex when a
+    component ends. O(vertices + their rows) time; ``order`` is the queue.
+
+    Whole graph: ``verts``, ``label`` and ``seen`` None (restarts at the lowest unvisited id; a fresh int8 flag
+    array). One piece: ``verts`` its vertices (restarts follow their order), only neighbours with
+    ``label[u] == lab`` are followed, and ``seen`` (N,) int8 is scratch, reset here for the piece. (numba compiles
+    the two cases separately and drops the branches on None.)
+    """
+    if verts is None:
+        m = indptr.shape[0] - 1
+        flags = np.zeros(m, dtype=np.int8)
+    else:
+        m = verts.shape[0]
+        flags = seen
+        for i in range(m):
+            flags[verts[i]] = 0
     head = tail = 0
     nxt = 0
     root = start_vertex
     while tail < m:
-        if head == tail:
-            while seen[root]:
-                root = verts[nxt]
+        if head == tail:  # a new component: the start vertex first, then the next unvisited one
+            while flags[root]:
+                if verts is None:
+                    root = nxt
+                else:
+                    root = verts[nxt]
                 nxt += 1
-            seen[root] = 1
+            flags[root] = 1
             order[tail] = root
             tail += 1
         v = order[head]
         head += 1
         for e in range(indptr[v], indptr[v + 1]):
             u = indices[e]
-            if label[u] == lab and not seen[u]:
-                seen[u] = 1
-                order[tail] = u
-                tail += 1
+            if flags[u]:
+                continue
+            if label is not None and label[u] != lab:
+                continue
+            flags[u] = 1
+            order[tail] = u
+            tail += 1
     return order
 
 
@@ -213,36 +230,6 @@ def _cut_entries(indptr, indices, parts):
             if parts[indices[e]] != pv:
                 c += 1
     return c
-
-
-@numba.njit(cache=True)
-def _bfs_order(indptr, indices, start_vertex, order):
-    """Vertices in breadth-first order over the rows (restarting at the lowest unvisited id per component).
-
-    Uses ``order`` (N,) as the queue; a visited flag is kept as -1/0 in ``seen`` (N,) int8. O(N + nnz) time.
-    """
-    n = indptr.shape[0] - 1
-    seen = np.zeros(n, dtype=np.int8)
-    head = tail = 0
-    nxt = 0
-    root = start_vertex
-    while tail < n:
-        if head == tail:  # new component: the start vertex first, then the lowest unvisited id
-            while seen[root]:
-                root = nxt
-                nxt += 1
-            seen[root] = 1
-            order[tail] = root
-            tail += 1
-        v = order[head]
-        head += 1
-        for e in range(indptr[v], indptr[v + 1]):
-            u = indices[e]
-            if not seen[u]:
-                seen[u] = 1
-                order[tail] = u
-                tail += 1
-    return order
 
 
 @numba.njit(cache=True)
