@@ -14,9 +14,9 @@ import logging
 import sys
 from collections.abc import Callable
 
-from haloflow.errors import HaloflowError
+from haloflow.errors import ConfigError, HaloflowError
 
-__all__ = ["main", "build_parser", "register_modules", "run_command"]
+__all__ = ["main", "build_parser", "register_modules", "run_command", "name_flags"]
 
 # What a user's mistake raises: our own errors and the OS's complaints about the paths they gave.
 _USER_ERRORS = (HaloflowError, FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError)
@@ -51,6 +51,15 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     return run_command(f"haloflow {args.command}", args.func, args)
+
+
+def name_flags(err: ConfigError, flags: dict[str, str]) -> ConfigError:
+    """The same error with each config field named in its message (a key of ``flags``) replaced by the flag the
+    user typed (its value), so that ``PartitionConfig.num_parts must be ...`` reads ``--parts must be ...``."""
+    msg = str(err)
+    for field, flag in flags.items():
+        msg = msg.replace(field, flag)
+    return ConfigError(msg)
 
 
 def run_command(prog: str, func: Callable[[argparse.Namespace], int | None], args: argparse.Namespace) -> int:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import time
 
+from haloflow.cli import name_flags
 from haloflow.data.readers import FORMATS
 from haloflow.errors import ConfigError
 from haloflow.partition.api import METHODS, PartitionConfig
@@ -19,8 +20,9 @@ from haloflow.partition.pipeline import partition_dataset, read_input
 __all__ = ["register", "run"]
 
 # PartitionConfig field -> the flag a CLI user typed, so that error messages name the flag.
-_FLAGS = {"num_parts": "--parts", "method": "--method", "balance": "--balance", "imbalance": "--imbalance",
-          "seed": "--seed", "fennel_start": "--fennel-start"}
+_FLAGS = {f"PartitionConfig.{field}": flag for field, flag in {
+    "num_parts": "--parts", "method": "--method", "balance": "--balance", "imbalance": "--imbalance",
+    "seed": "--seed", "fennel_start": "--fennel-start"}.items()}
 
 
 def register(subparsers) -> None:
@@ -55,13 +57,6 @@ def register(subparsers) -> None:
     p.set_defaults(func=run)
 
 
-def _flag_names(err: ConfigError) -> ConfigError:
-    msg = str(err)
-    for field, flag in _FLAGS.items():
-        msg = msg.replace(f"PartitionConfig.{field}", flag)
-    return ConfigError(msg)
-
-
 def run(args: argparse.Namespace) -> int:
     try:
         config = PartitionConfig(
@@ -74,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
         read_s = time.perf_counter() - t
         summary = partition_dataset(dataset, config, args.out, overwrite=args.overwrite, progress=True)
     except ConfigError as err:
-        raise _flag_names(err) from None
+        raise name_flags(err, _FLAGS) from None
     print(f"{dataset.name}: {dataset.num_nodes:,} nodes, {dataset.graph.num_edges:,} edges (read in {read_s:.2f} s) "
           f"-> {config.num_parts} parts ({config.method}, seed {config.seed})")
     print(summary.report())

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 
+from haloflow.cli import name_flags
 from haloflow.errors import ConfigError
 from haloflow.partition.planner.cost_model import EmbeddingCostModel
 from haloflow.partition.planner.planner import EmbeddingShardingPlanner
@@ -73,10 +74,7 @@ def run(args: argparse.Namespace) -> int:
         if args.dim < 1:
             raise ConfigError(f"--dim must be >= 1, got {args.dim}")
     except ConfigError as err:
-        msg = str(err)
-        for field, flag in _FLAGS.items():
-            msg = msg.replace(field, flag)
-        raise ConfigError(msg) from None
+        raise name_flags(err, _FLAGS) from None
     specs = load_table_specs(args.tables, dim=args.dim)
     plan = EmbeddingShardingPlanner(topology, cost_model=cost_model, reservation=reservation).plan(specs)
     print(f"{len(specs)} tables ({args.tables}) on {topology.world_size} ranks, batch {args.batch_size}, "

@@ -92,13 +92,16 @@ def balance_caps(weights: np.ndarray, num_parts: int, imbalance: float) -> np.nd
 
 
 def balance_goals(weights: np.ndarray, num_parts: int, imbalance: float) -> np.ndarray:
-    """int64 (W,) the strict goal per weight: ``floor(max(imbalance * mean, ceil(mean), max_v w))`` (<= the caps)."""
+    """int64 (W,) the strict goal per weight: ``floor(max(imbalance * mean, ceil(mean), max_v w))``.
+
+    Never above :func:`balance_caps`: ``max_v w <= mean + max_v w * (K-1)/K`` because ``max_v w <= total``.
+    """
     goals = np.empty(weights.shape[1], dtype=np.int64)
     for j in range(weights.shape[1]):
         col = weights[:, j]
         mean = int(col.sum()) / num_parts
         goals[j] = math.floor(max(imbalance * mean, math.ceil(mean), int(col.max(initial=0))) + 1e-9)
-    return np.minimum(goals, balance_caps(weights, num_parts, imbalance))
+    return goals
 
 
 def part_loads(parts: np.ndarray, weights: np.ndarray, num_parts: int) -> np.ndarray:

@@ -109,3 +109,12 @@ def test_dealt_assignment_bounds(rng):
     assert loads[:, 0].max() - loads[:, 0].min() <= 1
     assert loads[:, 2].max() - loads[:, 2].min() <= 1
     assert loads[:, 1].max() <= deg.sum() / k + deg.max() * (k - 1) / k
+
+
+@pytest.mark.parametrize("k", [1, 2, 7, 16])
+def test_goals_never_exceed_the_caps(rng, k):
+    for _ in range(20):
+        n = int(rng.integers(k, 200))
+        deg = rng.zipf(1.5, n).clip(max=10_000)
+        w = np.stack([np.ones(n, dtype=np.int64), deg, (rng.random(n) < 0.3).astype(np.int64)], axis=1)
+        assert np.all(balance_goals(w, k, 1.05) <= balance_caps(w, k, 1.05))
