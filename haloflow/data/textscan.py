@@ -15,6 +15,16 @@ Integers are parsed by looping over digit positions (at most 18), each step vect
 cost is O(bytes) for the masks plus O(tokens x digits) for the values. Checks (field counts, non-integers,
 negative ids, ranges) are vectorised too; only the first offending line of a block is looked at in Python, to
 build the error message.
+
+``scan_int_rows`` also takes the looser tables users hold (edge lists with a ``src dst`` header line and a weight
+or time column)::
+
+    % a comment                  <- any of the ``comment`` characters starts a comment line
+    source,target,weight         <- header=True: a first line whose every token holds a letter is skipped
+    0,1,0.5                      <- max_fields=4: the first line fixes the field count (here 3); only the
+    1,2,-1                          first num_columns fields are parsed, the rest are never looked at
+
+A truncated or corrupt compressed file raises ``InputFormatError`` naming it, not the codec's EOFError.
 """
 
 from __future__ import annotations
@@ -23,6 +33,7 @@ import bz2
 import gzip
 import lzma
 import os
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
@@ -34,7 +45,16 @@ import numpy as np
 from haloflow.errors import InputFormatError
 from haloflow.utils.progress import progress_bar
 
-__all__ = ["open_decompressed", "TokenBlock", "iter_token_blocks", "read_int_rows", "first_problem"]
+__all__ = [
+    "open_decompressed",
+    "read_head",
+    "TokenBlock",
+    "iter_token_blocks",
+    "IntRows",
+    "scan_int_rows",
+    "read_int_rows",
+    "first_problem",
+]
 
 BLOCK_BYTES = 16 << 20  # decompressed bytes per block: ~10 bytes of temporaries per input byte at the peak
 _MAX_DIGITS = 18  # every 18-digit decimal fits in int64
@@ -47,6 +67,10 @@ def _separators(buf: np.ndarray) -> np.ndarray:
     return (buf <= 32) | (buf == _COMMA)
 
 _MAGIC = [(b"\x1f\x8b", gzip.GzipFile), (b"\xfd7zXZ\x00", lzma.LZMAFile), (b"BZh", bz2.BZ2File)]
+_CODEC_NAMES = {gzip.GzipFile: "gzip", lzma.LZMAFile: "xz", bz2.BZ2File: "bz2"}
+# What the codecs raise on a cut-off or garbled stream: EOFError (truncated), gzip.BadGzipFile and bz2's
+# "Invalid data stream" (both OSError), zlib.error, lzma.LZMAError. Caught only around compressed reads.
+_CODEC_ERRORS = (EOFError, OSError, zlib.error, lzma.LZMAError)
 
 
 def _decompressor(path: Path):
@@ -63,6 +87,34 @@ def open_decompressed(path: str | os.PathLike) -> BinaryIO:
     path = Path(path)
     cls = _decompressor(path)
     return open(path, "rb") if cls is None else cls(path, "rb")
+
+
+def _corrupt(path, cls, err: BaseException, lines_read: int | None = None) -> InputFormatError:
+    """The error for a compressed stream that ends early or does not decode."""
+    codec = _CODEC_NAMES[cls]
+    where = f" after {lines_read:,} complete lines" if lines_read else ""
+    return InputFormatError(
+        path, f"truncated or corrupt {codec} data{where} ({type(err).__name__}: {err}): expected a complete "
+        f"{codec} file (download or compress it again)"
+    )
+
+
+def read_head(path: str | os.PathLike, size: int) -> bytes:
+    """The first ``size`` decompressed bytes of ``path`` (fewer when the file is shorter).
+
+    Raises:
+        InputFormatError: the compressed stream is truncated or corrupt within those bytes.
+    """
+    path = Path(path)
+    cls = _decompressor(path)
+    if cls is None:
+        with open(path, "rb") as f:
+            return f.read(size)
+    try:
+        with cls(path, "rb") as f:
+            return f.read(size)
+    except _CODEC_ERRORS as err:
+        raise _corrupt(path, cls, err) from None
 
 
 def _iter_blocks(f: BinaryIO, block_bytes: int) -> Iterator[tuple[bytes, int]]:
@@ -197,15 +249,151 @@ def iter_token_blocks(
             f = cls(fileobj=raw, mode="rb")
         else:  # LZMAFile and BZ2File take a file object in place of a name
             f = cls(raw, "rb")
-        for block, first_line in _iter_blocks(f, block_bytes):
+        blocks = _iter_blocks(f, block_bytes)
+        lines_read = 0
+        while True:
+            try:
+                block, first_line = next(blocks)
+            except StopIteration:
+                return
+            except _CODEC_ERRORS as err:
+                if cls is None:  # a plain file: an OSError here is the disk's, not the data's
+                    raise
+                raise _corrupt(path, cls, err, lines_read) from None
             bar.update(raw.tell() - bar.n)  # compressed bytes consumed so far
-            yield _tokenize(str(path), block, first_line)
+            tb = _tokenize(str(path), block, first_line)
+            lines_read = first_line - 1 + tb.newlines.shape[0]
+            yield tb
 
 
 def first_problem(*problems: tuple[int, str] | None) -> tuple[int, str] | None:
     """The problem on the earliest line, or None when there is none."""
     found = [p for p in problems if p is not None]
     return min(found, key=lambda p: p[0]) if found else None
+
+
+@dataclass(frozen=True)
+class IntRows:
+    """What :func:`scan_int_rows` found.
+
+    Shapes:
+        values int64 (R, num_columns): the parsed fields of each data line, in file order.
+    """
+
+    values: np.ndarray
+    num_fields: int  # fields on every data line: num_columns, plus the ignored ones
+    header: tuple[str, ...] | None = None  # the names on the header line, when one was skipped
+    header_line: int | None = None
+
+    @property
+    def ignored(self) -> tuple[str, ...]:
+        """Names of the fields after the parsed ones: from the header, else ``column 3``, ``column 4``."""
+        start = self.values.shape[1]
+        if self.header is not None:
+            return self.header[start:]
+        return tuple(f"column {k + 1}" for k in range(start, self.num_fields))
+
+
+def scan_int_rows(
+    path: str | os.PathLike,
+    num_columns: int,
+    *,
+    comment: str | None = "#",
+    columns: str = "",
+    what: str = "id",
+    lower: int = 0,
+    upper: int | None = None,
+    range_hint: str = "",
+    header: bool = False,
+    max_fields: int | None = None,
+    block_bytes: int = BLOCK_BYTES,
+) -> IntRows:
+    """Read a text table whose first ``num_columns`` fields are non-negative integers (layouts in the module
+    docstring).
+
+    Args:
+        path: plain, gzip, xz or bz2 file.
+        num_columns: fields parsed on each non-blank, non-comment line.
+        comment: lines whose first token starts with any of these characters are skipped (None: no comments).
+        columns: how to name the parsed fields in an error message, e.g. ``"src dst"``.
+        what: how to name one value in an error message (``"node id"``).
+        lower, upper: every value must be ``>= lower`` and, when ``upper`` is given, ``< upper``.
+        range_hint: appended to an out-of-range message (why the bound, how to lift it).
+        header: skip the first non-comment line when every token on it holds a letter (``src dst``).
+        max_fields: lines may hold up to this many fields (default ``num_columns``); the first data line (or the
+            header) fixes the count for the whole file, and the fields after ``num_columns`` are not parsed.
+
+    Raises:
+        InputFormatError: naming the file and 1-based line of the first malformed line; or a truncated or
+            corrupt compressed file.
+    """
+    max_fields = num_columns if max_fields is None else max_fields
+    leads = None if not comment else np.frombuffer(comment.encode(), dtype=np.uint8)
+    fields = num_columns if max_fields == num_columns and not header else None  # None: the first line decides
+    fields_line: int | None = None  # the line that fixed `fields`, when it was not fixed in advance
+    names: tuple[str, ...] | None = None
+    out: list[np.ndarray] = []
+    for tb in iter_token_blocks(path, block_bytes=block_bytes):
+        if tb.num_lines == 0:
+            continue
+        data = _data_lines(tb, leads)
+        if fields is None and data.any():
+            j = int(np.argmax(data))
+            fields_line = int(tb.line[tb.line_start[j]])
+            if header and _is_header(tb, j):
+                names = tuple(tb.token_text(i) for i in range(tb.line_start[j], tb.line_start[j] + tb.line_count[j]))
+                data[j] = False
+                if not num_columns <= len(names) <= max_fields:
+                    raise tb.error(fields_line, f"header {tb.line_text(fields_line)!r} names {len(names)} column"
+                                                f"{'s' if len(names) != 1 else ''}: "
+                                                f"expected {_field_range(num_columns, max_fields, columns)}")
+                fields = len(names)
+            else:
+                count = int(tb.line_count[j])
+                fields = count if num_columns <= count <= max_fields else num_columns
+        if fields is None:
+            continue  # only comments (or the header) so far
+        wrong = data & (tb.line_count != fields)
+        shape_problem = None
+        if wrong.any():
+            j = int(np.argmax(wrong))
+            lineno = int(tb.line[tb.line_start[j]])
+            shape_problem = (lineno, _shape_message(tb, j, lineno, fields, num_columns, max_fields, columns,
+                                                    names, fields_line))
+            data &= ~wrong
+        if fields == num_columns:
+            tokens = _tokens_of_lines(tb, data)
+        else:  # the leading num_columns tokens of each line; the rest (a weight, a time) are never parsed
+            tokens = (tb.line_start[data][:, None] + np.arange(num_columns)).ravel()
+        values, parse_problem = tb.parse_ints(tokens, what)
+        range_problem = None
+        if parse_problem is None and values.size and (
+            (upper is not None and int(values.max()) >= upper) or (lower > 0 and int(values.min()) < lower)
+        ):
+            bad = values < lower
+            if upper is not None:
+                bad |= values >= upper
+            i = int(tokens[np.argmax(bad)])
+            lineno = int(tb.line[i])
+            if upper is None:
+                expected = f"{what}s >= {lower}"
+            else:
+                expected = f"{what}s in [0, {upper})" if lower == 0 else f"{what}s in {lower}..{upper - 1}"
+            range_problem = (
+                lineno,
+                f"{what} {tb.token_text(i)} is out of range: expected {expected} (line {tb.line_text(lineno)!r})"
+                + (f"; {range_hint}" if range_hint else ""),
+            )
+        problem = first_problem(shape_problem, parse_problem, range_problem)
+        if problem is not None:
+            raise tb.error(*problem)
+        out.append(values.reshape(-1, num_columns))
+    if not out:
+        values = np.zeros((0, num_columns), dtype=np.int64)
+    else:
+        values = np.concatenate(out) if len(out) > 1 else out[0]
+    return IntRows(values, num_fields=fields or num_columns, header=names,
+                   header_line=fields_line if names is not None else None)
 
 
 def read_int_rows(
@@ -231,43 +419,51 @@ def read_int_rows(
     Raises:
         InputFormatError: naming the file and 1-based line of the first malformed line.
     """
-    lead = None if comment is None else ord(comment)
-    out: list[np.ndarray] = []
-    for tb in iter_token_blocks(path, block_bytes=block_bytes):
-        if tb.num_lines == 0:
-            continue
-        data = tb.lead_byte() != lead if lead is not None else np.ones(tb.num_lines, dtype=bool)
-        wrong = data & (tb.line_count != num_columns)
-        shape_problem = None
-        if wrong.any():
-            j = int(np.argmax(wrong))
-            lineno = int(tb.line[tb.line_start[j]])
-            named = f" ({columns})" if columns else ""
-            shape_problem = (
-                lineno,
-                f"expected {num_columns} field{'s' if num_columns > 1 else ''}{named} separated by tabs, spaces or "
-                f"commas, found {int(tb.line_count[j])}: {tb.line_text(lineno)!r}",
-            )
-            data &= ~wrong
-        tokens = _tokens_of_lines(tb, data)
-        values, parse_problem = tb.parse_ints(tokens, what)
-        range_problem = None
-        if upper is not None and parse_problem is None and values.size and int(values.max()) >= upper:
-            i = int(tokens[np.argmax(values >= upper)])
-            lineno = int(tb.line[i])
-            range_problem = (
-                lineno,
-                f"{what} {tb.token_text(i)} is out of range: expected {what}s in [0, {upper}) "
-                f"(line {tb.line_text(lineno)!r})",
-            )
-        problem = first_problem(shape_problem, parse_problem, range_problem)
-        if problem is not None:
-            raise tb.error(*problem)
-        out.append(values.reshape(-1, num_columns))
-    if not out:
-        return np.zeros((0, num_columns), dtype=np.int64)
-    return np.concatenate(out) if len(out) > 1 else out[0]
+    return scan_int_rows(
+        path, num_columns, comment=comment, columns=columns, what=what, upper=upper, block_bytes=block_bytes
+    ).values
 
+
+def _data_lines(tb: TokenBlock, leads: np.ndarray | None) -> np.ndarray:
+    """bool (L,): the lines that are not comments."""
+    if leads is None:
+        return np.ones(tb.num_lines, dtype=bool)
+    lead = tb.lead_byte()
+    if leads.shape[0] == 1:
+        return lead != leads[0]
+    return ~np.isin(lead, leads)
+
+
+def _is_header(tb: TokenBlock, j: int) -> bool:
+    """Line ``j`` of the block is a header: every token holds a letter (so ``-1`` or ``1.5`` is not one)."""
+    first = int(tb.line_start[j])
+    return all(any(c.isalpha() for c in tb.token_text(i)) for i in range(first, first + int(tb.line_count[j])))
+
+
+def _field_range(num_columns: int, max_fields: int, columns: str) -> str:
+    named = f" ({columns})" if columns else ""
+    if max_fields == num_columns:
+        return f"{num_columns} field{'s' if num_columns > 1 else ''}{named}"
+    return f"{num_columns} to {max_fields} fields{named[:-1] + ', then ignored ones)' if named else ''}"
+
+
+def _shape_message(tb: TokenBlock, j: int, lineno: int, fields: int, num_columns: int, max_fields: int,
+                   columns: str, names: tuple[str, ...] | None, fields_line: int | None) -> str:
+    """Why line ``j`` (file line ``lineno``) has the wrong number of fields."""
+    found = f"found {int(tb.line_count[j])}: {tb.line_text(lineno)!r}"
+    if fields_line is None or (lineno == fields_line and names is None):  # fixed in advance, or the first line
+        expected = _field_range(num_columns, max_fields, columns)
+        return f"expected {expected} separated by tabs, spaces or commas, {found}"
+    if names is not None:
+        named = " ".join(names)
+    elif fields > num_columns:
+        named = f"{columns} + {fields - num_columns} ignored" if columns else f"{fields - num_columns} ignored"
+    else:
+        named = columns
+    expected = f"{fields} field{'s' if fields > 1 else ''}{f' ({named})' if named else ''}"
+    source = "the header" if names is not None else "the first data line"
+    return (f"expected {expected} separated by tabs, spaces or commas, {found} "
+            f"({source}, line {fields_line}, has {fields}; every line must have as many)")
 
 def _tokens_of_lines(tb: TokenBlock, keep: np.ndarray) -> np.ndarray:
     """Indices of all tokens on the lines where ``keep`` (L,) is True, in file order."""
