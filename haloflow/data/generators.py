@@ -244,7 +244,7 @@ def csr_from_chunks(chunks_factory, num_nodes: int, *, dedup: bool = False, drop
         indptr = _dedup_rows(indptr, indices, dedup or symmetrize, drop_self_loops)
         indices = indices[: int(indptr[-1])].copy()
     return CSRGraph(indptr=indptr, indices=indices, num_nodes=num_nodes,
-                    simple_symmetric=symmetrize and drop_self_loops)
+                    simple_symmetric=symmetrize and drop_self_loops, symmetric=symmetrize)
 
 
 def rmat_graph(config: RMATConfig, *, symmetrize: bool = False, dedup: bool = True,

@@ -20,7 +20,17 @@ import numpy as np
 
 from haloflow.errors import ConfigError
 
-__all__ = ["CSRGraph", "GraphDataset"]
+__all__ = ["CSRGraph", "GraphDataset", "ISOLATED_NODE_SLACK", "max_plausible_nodes"]
+
+# E edges touch at most 2E nodes; readers accept this many more ids without edges (isolated nodes) before they
+# call a node count implausible. Large enough for any hand-made example, small enough that a stray id (a typo,
+# raw external ids, a corrupt header) fails at once instead of allocating gigabytes for isolated nodes.
+ISOLATED_NODE_SLACK = 1024
+
+
+def max_plausible_nodes(num_edges: int) -> int:
+    """The most nodes a reader builds for ``num_edges`` edges unless told the count: ``2 E + 1024``."""
+    return 2 * int(num_edges) + ISOLATED_NODE_SLACK
 
 
 @dataclass(frozen=True, eq=False)
@@ -34,12 +44,15 @@ class CSRGraph:
         simple_symmetric: True when the constructor knows the graph is undirected (every edge stored both ways)
             with no self-loops or repeats, as ``from_edges(symmetrize=True, drop_self_loops=True)`` makes it; lets
             METIS take the arrays as they are without checking them again. False means "not known".
+        symmetric: True when the constructor knows every edge is stored both ways (``from_edges(symmetrize=True)``;
+            self-loops and repeats allowed), so that an undirected edge count can be reported. False: not known.
     """
 
     indptr: np.ndarray
     indices: np.ndarray
     num_nodes: int
     simple_symmetric: bool = False
+    symmetric: bool = False
 
     def __post_init__(self) -> None:
         if self.indptr.shape != (self.num_nodes + 1,):
@@ -111,7 +124,7 @@ class CSRGraph:
         indptr = np.zeros(num_nodes + 1, dtype=np.int64)
         np.cumsum(counts, out=indptr[1:])
         return cls(indptr=indptr, indices=cols.astype(np.int64, copy=False), num_nodes=num_nodes,
-                   simple_symmetric=symmetrize and drop_self_loops)
+                   simple_symmetric=symmetrize and drop_self_loops, symmetric=symmetrize)
 
     @classmethod
     def from_scipy(cls, a) -> "CSRGraph":
@@ -124,6 +137,19 @@ class CSRGraph:
     @property
     def num_edges(self) -> int:
         return int(self.indices.shape[0])
+
+    def num_self_loops(self) -> int:
+        """Entries ``v -> v`` (one pass over the entries)."""
+        dst = np.repeat(np.arange(self.num_nodes, dtype=np.int64), np.diff(self.indptr))  # (nnz,)
+        return int(np.count_nonzero(self.indices == dst))
+
+    def describe_edges(self) -> str:
+        """The edge count as a person reads it: ``5,278 undirected edges (10,556 directed entries)`` for a graph
+        known to be symmetric (a self-loop is one edge and one entry), else ``948,464 directed edges``."""
+        if not self.symmetric:
+            return f"{self.num_edges:,} directed edges"
+        loops = 0 if self.simple_symmetric else self.num_self_loops()
+        return f"{(self.num_edges + loops) // 2:,} undirected edges ({self.num_edges:,} directed entries)"
 
     def edges(self) -> tuple[np.ndarray, np.ndarray]:
         """``(src, dst)`` int64 arrays in CSR order (by destination, then source)."""

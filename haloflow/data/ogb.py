@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from haloflow.data.graph import CSRGraph, GraphDataset
+from haloflow.data.graph import CSRGraph, GraphDataset, max_plausible_nodes
 from haloflow.data.textscan import open_decompressed, read_int_rows
 from haloflow.errors import ConfigError, InputFormatError
 
@@ -59,6 +59,12 @@ def read_ogb(folder: str | os.PathLike, *, split: str | None = None, symmetrize:
         raise FileNotFoundError(f"{folder} is not an OGB folder: expected {raw} to exist")
     num_nodes = _single_count(_require(raw / "num-node-list.csv.gz"), "nodes")
     num_edges = _single_count(_require(raw / "num-edge-list.csv.gz"), "edges")
+    if num_nodes > max_plausible_nodes(num_edges):  # before N sizes anything (the edge count is checked below)
+        raise InputFormatError(
+            raw / "num-node-list.csv.gz", f"{num_nodes:,} nodes for {num_edges:,} edges (num-edge-list.csv.gz), but "
+            f"E edges touch at most 2E nodes: expected at most 2E + 1,024 = {max_plausible_nodes(num_edges):,} "
+            f"(is the file corrupt?)"
+        )
 
     edge_path = _require(raw / "edge.csv.gz")
     edges = read_int_rows(edge_path, 2, comment=None, columns="src,dst", what="node id", upper=num_nodes)  # (E, 2)
@@ -144,6 +150,9 @@ def _read_float_table(path: Path) -> np.ndarray:
         )
     except pa.ArrowInvalid as err:
         raise _locate_float_error(path, err) from None
+    except OSError as err:  # pyarrow's word for a cut-off or garbled compressed stream
+        raise InputFormatError(path, f"truncated or corrupt compressed data ({err}): expected a complete gzip "
+                                     "file (download it again)") from None
     out = np.empty((table.num_rows, table.num_columns), dtype=np.float32)  # (N, F)
     for j, column in enumerate(table.columns):
         if not (pa.types.is_floating(column.type) or pa.types.is_integer(column.type) or pa.types.is_null(column.type)):

@@ -1,11 +1,17 @@
 """Readers for graph files users hold, and ``read_dataset``, the dispatcher the CLI calls.
 
-SNAP edge list (``.txt``, ``.txt.gz``, ``.txt.xz``; 0-based; directed; kept exactly as given)::
+SNAP edge list (``.txt``, ``.txt.gz``, ``.txt.xz``; 0-based unless ``one_based``; directed; kept as given)::
 
-    # Directed graph: soc-Slashdot0902.txt          <- '#' comment lines, anywhere
+    # Directed graph: soc-Slashdot0902.txt          <- '#' or '%' comment lines, anywhere
     # FromNodeId<TAB>ToNodeId
+    src dst                                         <- optional header line (every token holds a letter)
     0<TAB>1\\r\\n                                      <- src dst: tabs, spaces or commas; LF or CRLF
-    0 2
+    0 2 1217567877                                  <- up to 2 more fields (weight, time): read past, ignored
+                                                       (the first edge line fixes the count for the file)
+
+Node ids must lie below ``2 E + 1024`` (E edge lines) unless ``num_nodes`` says how many there are: E edges
+touch at most 2E nodes, so a larger id means mostly isolated nodes -- usually a stray id or raw external ids --
+and would otherwise allocate memory for all of them.
 
 PACE / DIMACS ``.gr`` (also ``.gr.xz`` / ``.gr.gz``; 1-based; undirected, each edge stored once)::
 
@@ -26,37 +32,72 @@ from pathlib import Path
 
 import numpy as np
 
-from haloflow.data.graph import CSRGraph, GraphDataset
-from haloflow.data.textscan import TokenBlock, first_problem, iter_token_blocks, open_decompressed, read_int_rows
+from haloflow.data.graph import CSRGraph, GraphDataset, max_plausible_nodes
+from haloflow.data.textscan import TokenBlock, first_problem, iter_token_blocks, read_head, scan_int_rows
 from haloflow.errors import ConfigError, InputFormatError
 
-__all__ = ["read_snap", "read_pace", "PaceHeader", "read_dataset", "detect_format", "FORMATS"]
+__all__ = ["read_snap", "read_pace", "PaceHeader", "read_dataset", "detect_format", "planetoid_sets", "FORMATS"]
 
 log = logging.getLogger(__name__)
 
 FORMATS = ("auto", "snap", "pace", "ogb", "planetoid")
-_OPTIONS = {"snap": ("num_nodes",), "pace": (), "ogb": ("split", "symmetrize"), "planetoid": ("name",)}
+_OPTIONS = {"snap": ("num_nodes", "one_based"), "pace": (), "ogb": ("split", "symmetrize"), "planetoid": ("name",)}
+_MAX_FIELDS = 4  # src dst [weight] [time], as SNAP's and KONECT's edge lists have them
 
 
 # --------------------------------------------------------------------------------------------- SNAP
-def read_snap(path: str | os.PathLike, *, num_nodes: int | None = None) -> CSRGraph:
+def read_snap(path: str | os.PathLike, *, num_nodes: int | None = None, one_based: bool = False) -> CSRGraph:
     """Read a SNAP edge list as a directed graph; self-loops and duplicate edges are kept.
 
     Args:
         path: plain, gzip or xz text (recognised by the magic bytes).
-        num_nodes: N when known (ids must be < N); by default ``max id + 1``.
+        num_nodes: N when known (ids must be < N, or <= N when ``one_based``); by default ``max id + 1``, and then
+            ids must be < 2 E + 1024 (see the module docstring).
+        one_based: the file numbers nodes from 1 (as KONECT and some SNAP copies do); id k becomes node k - 1.
 
     Raises:
-        InputFormatError: a malformed line (file and 1-based line in the message), or no edges and no nodes.
+        InputFormatError: a malformed line (file and 1-based line in the message), an implausibly large id, or
+            no edges and no nodes.
     """
     if num_nodes is not None and num_nodes < 0:
         raise ConfigError(f"num_nodes must be >= 0, got {num_nodes}")
-    edges = read_int_rows(path, 2, comment="#", columns="src dst", what="node id", upper=num_nodes)  # (E, 2)
+    shift = int(one_based)
+    kw = dict(comment="#%", columns="src dst", what="node id", lower=shift, header=True, max_fields=_MAX_FIELDS)
+    if one_based:
+        kw["range_hint"] = "the file is read as 1-based (one_based=True, --one-based)"
+    scan = scan_int_rows(path, 2, upper=None if num_nodes is None else num_nodes + shift, **kw)
+    edges = scan.values  # (E, 2)
     if edges.shape[0] == 0 and not num_nodes:
         raise InputFormatError(path, "empty graph: no edge lines and no num_nodes (expected 'src dst' lines)")
+    bound = max_plausible_nodes(edges.shape[0])
+    if num_nodes is None and edges.size and int(edges.max()) - shift >= bound:  # before max id sizes anything
+        _raise_implausible_id(path, kw, bound + shift, edges.shape[0])
+    if num_nodes is not None and num_nodes > bound:
+        log.warning("%s: num_nodes = %s for %s edge lines: at least %s nodes will have no edges", path,
+                    f"{num_nodes:,}", f"{edges.shape[0]:,}", f"{num_nodes - 2 * edges.shape[0]:,}")
+    if scan.header is not None:
+        log.info("%s: skipped the header line %d (%s)", path, scan.header_line, " ".join(scan.header))
+    if scan.ignored:
+        log.warning("%s: ignored %s of every edge line (%s): the graph keeps src -> dst only", path,
+                    "a field" if len(scan.ignored) == 1 else f"{len(scan.ignored)} fields", ", ".join(scan.ignored))
+    if one_based:
+        edges = edges - 1
+    elif edges.size and (low := int(edges.min())) > 0:
+        isolated = "node 0 is" if low == 1 else f"nodes 0..{low - 1} are"
+        log.warning("%s: node id 0 never appears (the smallest id is %d): if the file numbers nodes from 1, pass "
+                    "one_based=True (--one-based); read as 0-based, %s isolated", path, low, isolated)
     graph = CSRGraph.from_edges(edges[:, 0], edges[:, 1], num_nodes)
     log.info("read %s: %s", path, graph)
     return graph
+
+
+def _raise_implausible_id(path, kw: dict, upper: int, num_edges: int) -> None:
+    """Scan again (only on this error path) to name the line of the first id >= ``upper``, and raise."""
+    hint = (f"without num_nodes, ids must be < 2 x {num_edges:,} edge lines + 1,024, since a larger id would make "
+            f"a graph of mostly isolated nodes; pass num_nodes=N (--num-nodes N) if the graph really has that many "
+            f"nodes, or renumber the ids to 0..n-1")
+    scan_int_rows(path, 2, **{**kw, "upper": upper, "range_hint": hint})
+    raise InputFormatError(path, f"a node id is >= {upper:,}: {hint}")  # the file changed between the two scans
 
 
 # --------------------------------------------------------------------------------------------- PACE / DIMACS
@@ -138,7 +179,12 @@ def _parse_header(tb: TokenBlock, j: int) -> PaceHeader:
     values, problem = tb.parse_ints(np.arange(first + 2, first + 4), "count")
     if problem is not None:
         raise tb.error(lineno, f"bad header: {expected}")
-    return PaceHeader(tb.token_text(first + 1), int(values[0]), int(values[1]), lineno)
+    n, m = int(values[0]), int(values[1])
+    if n > max_plausible_nodes(m):  # checked before n sizes anything
+        raise tb.error(lineno, f"bad header: n = {n:,} nodes for m = {m:,} edges, but m edges touch at most "
+                               f"{2 * m:,} nodes; expected n <= 2m + 1,024 = {max_plausible_nodes(m):,} "
+                               f"(is the header corrupt?)")
+    return PaceHeader(tb.token_text(first + 1), n, m, lineno)
 
 
 def _pace_edges(tb: TokenBlock, body: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, tuple[int, str] | None]:
@@ -199,8 +245,7 @@ def detect_format(path: str | os.PathLike) -> str:
     name = path.name.lower()
     if name.endswith((".gr", ".gr.xz", ".gr.gz", ".gr.bz2")):
         return "pace"
-    with open_decompressed(path) as f:
-        head = f.read(4096)
+    head = read_head(path, 4096)
     for line in head.splitlines():
         token = line.strip()[:2]
         if not token:
@@ -211,11 +256,20 @@ def detect_format(path: str | os.PathLike) -> str:
     return "snap"
 
 
-def _planetoid_name(folder: Path) -> str:
-    names = sorted(p.name[len("ind.") : -len(".x")] for p in folder.glob("ind.*.x"))
-    if len(names) != 1:
-        raise ConfigError(f"{folder} holds Planetoid sets {names}: pass name= to pick one")
-    return names[0]
+def planetoid_sets(folder: str | os.PathLike) -> list[str]:
+    """Names of the Planetoid sets in ``folder`` (one per ``ind.<name>.x`` file), sorted."""
+    return sorted(p.name[len("ind.") : -len(".x")] for p in Path(folder).glob("ind.*.x"))
+
+
+def _planetoid_name(folder: Path, name: str | None) -> str:
+    names = planetoid_sets(folder)
+    if name is None and len(names) == 1:
+        return names[0]
+    if name is None:
+        raise ConfigError(f"{folder} holds Planetoid sets {names}: pass name= (--name) to pick one")
+    if name not in names:
+        raise ConfigError(f"{folder} holds no Planetoid set {name!r} (no ind.{name}.x): expected one of {names}")
+    return name
 
 
 def read_dataset(path: str | os.PathLike, format: str = "auto", **kw) -> GraphDataset:
@@ -226,7 +280,8 @@ def read_dataset(path: str | os.PathLike, format: str = "auto", **kw) -> GraphDa
         format: one of ``auto``, ``snap``, ``pace``, ``ogb``, ``planetoid``. ``auto``: a folder with ``raw/`` is
             OGB, a folder with ``ind.*.x`` is Planetoid, a ``.gr``/``.gr.xz`` file or one whose first
             non-comment line is a ``p`` header is PACE, anything else SNAP.
-        **kw: passed to the reader (``num_nodes`` for SNAP, ``split`` for OGB, ``name`` for Planetoid).
+        **kw: passed to the reader (``num_nodes`` and ``one_based`` for SNAP, ``split`` for OGB, ``name`` for a
+            Planetoid folder holding several sets).
 
     Raises:
         ConfigError: unknown format (the message lists the valid ones).
@@ -253,5 +308,4 @@ def read_dataset(path: str | os.PathLike, format: str = "auto", **kw) -> GraphDa
         return read_ogb(path, **kw)
     from haloflow.data.planetoid import read_planetoid
 
-    kw.setdefault("name", _planetoid_name(path))
-    return read_planetoid(path, **kw)
+    return read_planetoid(path, name=_planetoid_name(path, kw.get("name")))

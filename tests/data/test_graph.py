@@ -129,3 +129,13 @@ def test_graph_dataset_validates_rows_and_counts_classes():
         GraphDataset(g, features=np.zeros((4, 3), np.float32))
     with pytest.raises(ConfigError, match="test_mask has 6 rows"):
         GraphDataset(g, test_mask=np.zeros(6, bool))
+
+
+def test_describe_edges_counts_undirected_edges_of_a_symmetric_graph():
+    directed = CSRGraph.from_edges(SRC, DST, N)
+    assert directed.describe_edges() == "7 directed edges"  # not known to be symmetric
+    sym = CSRGraph.from_edges(SRC, DST, N, symmetrize=True)  # 0-1, 0-2, 1-2, 2-3 both ways, and the loop 2-2 once
+    assert sym.symmetric and sym.num_self_loops() == 1
+    assert sym.describe_edges() == "5 undirected edges (9 directed entries)"
+    simple = CSRGraph.from_edges(SRC, DST, N, symmetrize=True, drop_self_loops=True)
+    assert simple.describe_edges() == "4 undirected edges (8 directed entries)"

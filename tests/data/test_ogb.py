@@ -103,6 +103,8 @@ def test_read_ogb_split_choice(tmp_path):
          "label 1.5 is not a class id: expected an integer >= 0"),
         ({"raw/node-label.csv.gz": [(1, 0)] * 5}, "node-label.csv.gz", None, "expected one label column, found 2"),
         ({"raw/num-node-list.csv.gz": [5, 3]}, "num-node-list.csv.gz", None, "expected one line .* found 2"),
+        ({"raw/num-node-list.csv.gz": [9_999_999_999]}, "num-node-list.csv.gz", None,
+         r"9,999,999,999 nodes for 4 edges .* expected at most 2E \+ 1,024 = 1,032"),
         ({"split/time/test.csv.gz": [4, 9]}, "test.csv.gz", 2, "node id 9 is out of range"),
         ({"raw/node_year.csv.gz": YEARS[:3]}, "node_year.csv.gz", None, "3 rows, but num-node-list.csv.gz says 5"),
     ],
@@ -113,6 +115,14 @@ def test_read_ogb_errors_name_the_file(tmp_path, override, file, line, match):
         read_ogb(folder)
     assert info.value.path.endswith(file)
     assert info.value.line == line
+
+
+def test_read_ogb_truncated_features(tmp_path):
+    folder = make_folder(tmp_path / "d", **{"raw/node-feat.csv.gz": [[i / 7, i, -i] for i in range(5)]})
+    feat = folder / "raw" / "node-feat.csv.gz"
+    feat.write_bytes(feat.read_bytes()[:-12])  # the gzip trailer and some data cut off
+    with pytest.raises(InputFormatError, match="node-feat.csv.gz: truncated or corrupt compressed data"):
+        read_ogb(folder)
 
 
 def test_read_ogb_missing_files(tmp_path):

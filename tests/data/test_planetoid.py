@@ -9,7 +9,7 @@ import scipy.sparse as sp
 from haloflow.data.graph import CSRGraph
 from haloflow.data.planetoid import load_restricted_pickle, read_planetoid
 from haloflow.data.readers import read_dataset
-from haloflow.errors import InputFormatError
+from haloflow.errors import ConfigError, InputFormatError
 
 NUM_TRAIN, NUM_ALL, F, C = 3, 510, 4, 3
 TEST_IDS = [512, 510, 513]  # unsorted, and id 511 never listed (CiteSeer's isolated test nodes)
@@ -65,6 +65,18 @@ def test_read_planetoid_places_test_rows_by_hand(tmp_path, rng):
     expected = CSRGraph.from_edges(src, dst, 514, symmetrize=True, drop_self_loops=True)
     assert ds.graph.equals(expected)
     assert read_dataset(tmp_path).graph.equals(expected)  # auto-detected, name taken from ind.citeseer.x
+
+
+def test_read_dataset_picks_a_set_by_name_in_a_folder_of_several(tmp_path, rng):
+    make_planetoid(tmp_path, rng, name="citeseer")
+    make_planetoid(tmp_path, rng, name="cora")
+    assert read_dataset(tmp_path, name="cora").name == "cora"
+    assert read_dataset(tmp_path, format="planetoid", name="citeseer").name == "citeseer"
+    with pytest.raises(ConfigError, match=r"holds Planetoid sets \['citeseer', 'cora'\]: pass name= \(--name\)"):
+        read_dataset(tmp_path)
+    with pytest.raises(ConfigError, match=r"holds no Planetoid set 'pubmed' \(no ind.pubmed.x\): expected one of "
+                                          r"\['citeseer', 'cora'\]"):
+        read_dataset(tmp_path, name="pubmed")
 
 
 @pytest.mark.slow  # importing torch_geometric takes several seconds

@@ -89,6 +89,55 @@ def test_read_snap_errors_name_file_line_found_and_expected(tmp_path, text, line
     assert info.value.line == line
 
 
+def test_read_snap_header_comments_and_ignored_columns(tmp_path, caplog):
+    # KONECT-style '%' comments, a CSV header naming a weight, weights that are not integers.
+    path = write(tmp_path / "w.csv", "% sym weighted\nsource,target,weight\n0,1,0.5\n# c\n1,2,-3\n2,0,1e9\n")
+    g = read_snap(path)
+    assert g.equals(CSRGraph.from_edges([0, 1, 2], [1, 2, 0]))
+    assert "ignored a field of every edge line (weight)" in caplog.text
+    caplog.clear()
+    temporal = write(tmp_path / "t.txt", "src\tdst\tts\n0\t1\t1217567877\n1\t0\t1217567878\n", "gz")
+    assert read_snap(temporal).equals(CSRGraph.from_edges([0, 1], [1, 0]))
+    assert "(ts)" in caplog.text
+    caplog.clear()
+    four = write(tmp_path / "f.txt", "0 1 5 1217567877\n1 2 -1 1217567878\n")
+    assert read_snap(four).num_edges == 2 and "column 3, column 4" in caplog.text
+    with expect_error(four, 1, r"expected 2 to 4 fields \(src dst, then ignored ones\) .* found 5"):
+        read_snap(write(tmp_path / "f.txt", "0 1 5 6 7\n"))
+
+
+def test_read_snap_one_based(tmp_path, caplog):
+    path = write(tmp_path / "one.txt", "1 2\n2 3\n3 1\n")
+    g = read_snap(path)  # as 0-based: node 0 isolated, and a warning says so
+    assert g.num_nodes == 4
+    assert "node id 0 never appears (the smallest id is 1)" in caplog.text and "--one-based" in caplog.text
+    caplog.clear()
+    assert read_snap(path, one_based=True).equals(CSRGraph.from_edges([0, 1, 2], [1, 2, 0]))
+    assert read_snap(path, one_based=True, num_nodes=5).num_nodes == 5
+    assert read_dataset(path, one_based=True).num_nodes == 3
+    assert "never appears" not in caplog.text
+    with expect_error(path, 2, r"node id 3 is out of range: expected node ids in 1\.\.2 .*--one-based"):
+        read_snap(path, one_based=True, num_nodes=2)
+    zero = write(tmp_path / "zero.txt", "1 2\n0 1\n")
+    with expect_error(zero, 2, "node id 0 is out of range: expected node ids >= 1"):
+        read_snap(zero, one_based=True)
+
+
+@pytest.mark.parametrize(
+    "text, line, bound",
+    [("0 1\n1 9999999999\n", 2, 1028), ("0 1\n1 2\n2 5000000\n", 3, 1030)],
+)
+def test_read_snap_refuses_an_id_far_beyond_the_edge_count(tmp_path, text, line, bound):
+    # 9,999,999,999 would size a 75 GiB index; 5,000,000 would make 5 M nodes, all but 3 of them isolated.
+    path = write(tmp_path / "ids.txt", text)
+    bad = text.split()[-1]
+    with expect_error(path, line, rf"node id {bad} is out of range: expected node ids in \[0, {bound}\) .*"
+                                  r"ids must be < 2 x .* edge lines \+ 1,024.*--num-nodes N"):
+        read_snap(path)
+    if int(bad) < 10**7:  # told the count, it believes it (and warns)
+        assert read_snap(path, num_nodes=int(bad) + 1).num_nodes == int(bad) + 1
+
+
 def test_read_snap_reports_the_earliest_of_several_problems(tmp_path):
     path = write(tmp_path / "bad.txt", "0 1\n1 x\n0 1 2\n")
     with expect_error(path, 2, "non-integer token 'x'"):
@@ -160,6 +209,8 @@ def test_read_pace_mixed_arc_and_plain_lines_tabs_crlf(tmp_path):
         ("p tw 3 1\n# 1 2\n", 2, "expected a 'c' comment, the 'p' header or an edge line .* found '# 1 2'"),
         ("p tw 3 1\n1 2x\n", 2, "non-integer token '2x'"),
         ("p tw 0 0\n", 1, "empty graph: the header says n = 0 nodes and m = 0 edges"),
+        ("p tw 9999999999 1\n1 2\n", 1, r"bad header: n = 9,999,999,999 nodes for m = 1 edges, but m edges touch "
+                                        r"at most 2 nodes; expected n <= 2m \+ 1,024 = 1,026"),
     ],
 )
 def test_read_pace_errors(tmp_path, text, line, match):
@@ -215,8 +266,22 @@ def test_read_dataset_dispatches_by_format(tmp_path):
     assert set(FORMATS) == {"auto", "snap", "pace", "ogb", "planetoid"}
     with pytest.raises(ConfigError, match="format 'pace' takes no option 'num_nodes': expected none"):
         read_dataset(pace, num_nodes=3)
-    with pytest.raises(ConfigError, match="format 'snap' takes no option 'split': expected num_nodes"):
+    with pytest.raises(ConfigError, match="format 'snap' takes no option 'split': expected num_nodes or one_based"):
         read_dataset(snap, split="time")
+
+
+@pytest.mark.parametrize("how", ["gz", "xz"])
+def test_truncated_or_corrupt_compressed_graph_names_the_file(tmp_path, how):
+    data = COMPRESS[how]("".join(f"{i} {i + 1}\n" for i in range(20_000)).encode())
+    cut = tmp_path / f"cut.txt.{how}"
+    cut.write_bytes(data[: len(data) // 2])
+    codec = {"gz": "gzip"}.get(how, how)
+    with expect_error(cut, None, f"truncated or corrupt {codec} data .*expected a complete {codec} file"):
+        read_dataset(cut)
+    garbage = tmp_path / f"garbage.txt.{how}"
+    garbage.write_bytes(data[:6] + b"\x00junk" * 50)
+    with expect_error(garbage, None, f"truncated or corrupt {codec} data"):
+        read_dataset(garbage)  # detect_format reads the head first
 
 
 def test_read_dataset_real_planetoid_folder(shared_data):
