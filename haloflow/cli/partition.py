@@ -1,7 +1,8 @@
 """`haloflow partition INPUT --parts K --out DIR`: partition a graph data set into a partition folder.
 
 Parses the arguments into a `PartitionConfig` and calls `read_input` and `partition_dataset`; prints the
-per-part table (inner, halo, halo/inner, edges), the edge cut, the balance, wall time and peak memory.
+graph (undirected edges, with the directed entries stored for them), the per-part table (inner, halo, halo/inner,
+edges), the edge cut, the balance, wall time and peak memory.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import argparse
 import time
 
 from haloflow.cli import name_flags
+from haloflow.data.paths import check_output_parent
 from haloflow.data.readers import FORMATS
 from haloflow.errors import ConfigError
 from haloflow.partition.api import METHODS, PartitionConfig
@@ -23,6 +25,13 @@ __all__ = ["register", "run"]
 _FLAGS = {f"PartitionConfig.{field}": flag for field, flag in {
     "num_parts": "--parts", "method": "--method", "balance": "--balance", "imbalance": "--imbalance",
     "seed": "--seed", "fennel_start": "--fennel-start"}.items()}
+# Reader options as read_dataset names them -> the flags (e.g. "format 'pace' takes no option --num-nodes").
+_FLAGS.update({
+    "option 'num_nodes'": "option --num-nodes", "option 'one_based'": "option --one-based",
+    "option 'name'": "option --name", "option 'split'": "option --split", "num_nodes must": "--num-nodes must",
+    "expected num_nodes or one_based": "expected --num-nodes or --one-based", "expected name": "expected --name",
+    "expected split or symmetrize": "expected --split",
+})
 
 
 def register(subparsers) -> None:
@@ -34,6 +43,16 @@ def register(subparsers) -> None:
     )
     p.add_argument("input", metavar="INPUT", help="graph file (SNAP edge list, PACE .gr) or folder (OGB, Planetoid)")
     p.add_argument("--format", choices=FORMATS, default="auto", help="input format (default: detect)")
+    p.add_argument(
+        "--num-nodes", type=int, default=None, metavar="N",
+        help="SNAP edge list: the number of nodes, isolated ones included (ids must be < N); without it ids must "
+        "be < 2 x edges + 1024, so that a stray id cannot size a huge graph",
+    )
+    p.add_argument("--one-based", action="store_true",
+                   help="SNAP edge list: ids start at 1 (KONECT, some SNAP copies); id k becomes node k - 1")
+    p.add_argument("--name", default=None, help="Planetoid folder holding several sets: the one to read (e.g. cora)")
+    p.add_argument("--split", default=None, metavar="SCHEME",
+                   help="OGB folder with several split schemes under split/: the one to use")
     p.add_argument("--parts", type=int, required=True, metavar="K", help="number of parts, 1 <= K <= nodes")
     p.add_argument("--method", choices=METHODS, default="metis", help="partitioner (default: metis)")
     p.add_argument(
@@ -63,14 +82,18 @@ def run(args: argparse.Namespace) -> int:
             num_parts=args.parts, method=args.method, balance=tuple(w.strip() for w in args.balance.split(",")),
             imbalance=args.imbalance, seed=args.seed, fennel_start=args.fennel_start,
         )
-        check_output_dir(args.out, args.overwrite)  # fail before reading a large input
+        check_output_parent(args.out)  # fail before reading a large input
+        check_output_dir(args.out, args.overwrite)
+        options = {"num_nodes": args.num_nodes, "one_based": args.one_based or None, "name": args.name,
+                   "split": args.split}  # only what the user gave: each format takes only its own options
         t = time.perf_counter()
-        dataset = read_input(args.input, format=args.format, symmetrize=args.symmetrize)
+        dataset = read_input(args.input, format=args.format, symmetrize=args.symmetrize,
+                             **{k: v for k, v in options.items() if v is not None})
         read_s = time.perf_counter() - t
         summary = partition_dataset(dataset, config, args.out, overwrite=args.overwrite, progress=True)
     except ConfigError as err:
         raise name_flags(err, _FLAGS) from None
-    print(f"{dataset.name}: {dataset.num_nodes:,} nodes, {dataset.graph.num_edges:,} edges (read in {read_s:.2f} s) "
+    print(f"{dataset.name}: {dataset.num_nodes:,} nodes, {dataset.graph.describe_edges()} (read in {read_s:.2f} s) "
           f"-> {config.num_parts} parts ({config.method}, seed {config.seed})")
     print(summary.report())
     return 0

@@ -1,11 +1,14 @@
-"""Where the real data sets live: ``$HALOFLOW_DATA``, else ``../shared/data`` beside the project root."""
+"""Paths: where the real data sets live (``$HALOFLOW_DATA``, else ``../shared/data`` beside the project root), and
+the check that an output folder a user names can be created at all."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-__all__ = ["data_root"]
+from haloflow.errors import ConfigError
+
+__all__ = ["data_root", "check_output_parent"]
 
 
 def data_root() -> Path:
@@ -18,3 +21,15 @@ def data_root() -> Path:
         if c.is_dir():
             return c.resolve()
     return candidates[-1]
+
+
+def check_output_parent(path: str | os.PathLike) -> None:
+    """Raise ``ConfigError`` when the nearest existing folder above ``path`` is a file, so ``path`` can never be
+    created (``--out notes.txt/parts``). Call it before any work; creating the folder would fail only at the end.
+    """
+    path = Path(path)
+    for parent in path.parents:  # nearest first
+        if parent.exists():
+            if not parent.is_dir():
+                raise ConfigError(f"cannot create {path}: {parent} is a file, expected a folder (choose another --out)")
+            return

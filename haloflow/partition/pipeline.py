@@ -56,15 +56,18 @@ class PartitionSummary:
         ])
 
 
-def read_input(path: str | os.PathLike, *, format: str = "auto", symmetrize: bool = True) -> GraphDataset:
+def read_input(
+    path: str | os.PathLike, *, format: str = "auto", symmetrize: bool = True, **reader_options
+) -> GraphDataset:
     """Read a data set for partitioning; with ``symmetrize`` add every reverse edge (and drop duplicates).
 
     GCN training expects an undirected graph, hence the default; pass False to keep a directed graph as given.
-    Errors of the reader (file and line of a malformed line) pass through unchanged.
+    ``reader_options`` go to ``read_dataset`` (``num_nodes``, ``one_based`` for SNAP; ``name`` for Planetoid;
+    ``split`` for OGB). Errors of the reader (file and line of a malformed line) pass through unchanged.
     """
     from haloflow.data.readers import read_dataset
 
-    dataset = read_dataset(path, format=format)
+    dataset = read_dataset(path, format=format, **reader_options)
     if symmetrize:
         src, dst = dataset.graph.edges()
         graph = CSRGraph.from_edges(src, dst, dataset.graph.num_nodes, symmetrize=True)

@@ -1,8 +1,11 @@
+import gzip
+
 import numpy as np
 
 from haloflow.cli import main
 from haloflow.partition.format import load_meta, load_new_to_orig, load_partition
 from haloflow.partition.pipeline import read_input
+from tests.data.test_planetoid import make_planetoid
 from tests.partition.part_oracle import check_parts
 
 
@@ -21,13 +24,15 @@ def test_partition_writes_folder_and_prints_table(tmp_path, capsys):
     assert main(["partition", str(path), "--parts", "3", "--method", "fennel", "--seed", "2", "--out", str(out)]) == 0
     stdout = capsys.readouterr().out
     lines = stdout.splitlines()
+    graph = read_input(path).graph  # symmetrised by default
+    undirected = (graph.num_edges + graph.num_self_loops()) // 2
+    assert lines[0].startswith(f"g: 60 nodes, {undirected} undirected edges ({graph.num_edges} directed entries)")
     assert lines[1].split() == ["part", "inner", "halo", "halo/inner", "edges"]
     assert [line.split()[0] for line in lines[3:7]] == ["0", "1", "2", "total"]
     assert "edge cut:" in stdout and "balance (largest / mean part): nodes" in stdout
     assert "wall time:" in stdout and "peak memory:" in stdout
     meta = load_meta(out)
     assert (meta.method, meta.seed, meta.num_parts) == ("fennel", 2, 3)
-    graph = read_input(path).graph  # symmetrised by default
     assert meta.num_edges == graph.num_edges
     check_parts(graph, [load_partition(out, k) for k in range(3)], np.asarray(load_new_to_orig(out)))
 
@@ -38,6 +43,7 @@ def test_no_symmetrize_keeps_directed_edges(tmp_path, capsys):
     argv = ["partition", path, "--parts", 2, "--method", "random", "--no-symmetrize", "--out", out]
     assert main([str(a) for a in argv]) == 0
     assert load_meta(out).num_edges == 240
+    assert "60 nodes, 240 directed edges (read in" in capsys.readouterr().out
     assert main([str(a) for a in argv]) == 2  # exists now
     assert "already exists" in capsys.readouterr().err
     assert main([str(a) for a in argv + ["--overwrite", "--balance", "nodes,edges"]]) == 0
@@ -76,3 +82,56 @@ def test_planetoid_cora_keeps_features_and_labels(tmp_path, capsys, shared_data)
     parts = [load_partition(out, k) for k in range(2)]
     check_parts(dataset.graph, parts, np.asarray(load_new_to_orig(out)), dataset)
     assert sum(int(p.train_mask.sum()) for p in parts) == 140
+
+
+def test_reader_failures_are_one_line_and_nothing_written(cli_fails, tmp_path):
+    out = tmp_path / "out"
+    data = gzip.compress("".join(f"{i} {i + 1}\n" for i in range(20_000)).encode())
+    cut = tmp_path / "cut.txt.gz"
+    cut.write_bytes(data[: len(data) // 2])
+    cli_fails(["partition", cut, "--parts", 2, "--out", out], "cut.txt.gz: truncated or corrupt gzip data")
+    garbage = tmp_path / "garbage.txt.gz"
+    garbage.write_bytes(b"\x1f\x8b" + b"hello" * 20)
+    cli_fails(["partition", garbage, "--parts", 2, "--out", out], "garbage.txt.gz: truncated or corrupt gzip data")
+    huge = tmp_path / "huge.txt"
+    huge.write_text("0 1\n1 9999999999\n")
+    cli_fails(["partition", huge, "--parts", 2, "--out", out], "huge.txt:2: node id 9999999999 is out of range",
+              "--num-nodes N")
+    cli_fails(["partition", huge, "--parts", 2, "--num-nodes", 5, "--out", out], "huge.txt:2",
+              "expected node ids in [0, 5)")
+    cli_fails(["partition", huge, "--parts", 2, "--num-nodes", -1, "--out", out], "--num-nodes must be >= 0, got -1")
+    pace = tmp_path / "g.gr"
+    pace.write_text("p tw 3 2\n1 2\n2 3\n")
+    cli_fails(["partition", pace, "--parts", 2, "--num-nodes", 5, "--out", out],
+              "format 'pace' takes no option --num-nodes: expected none")
+    note = tmp_path / "note.txt"
+    note.write_text("not a folder")
+    for target in (note / "parts", note / "a" / "b"):
+        cli_fails(["partition", huge, "--parts", 2, "--out", target], f"cannot create {target}: {note} is a file")
+    assert not out.exists() and note.read_text() == "not a folder"
+
+
+def test_snap_header_weights_one_based_and_num_nodes(tmp_path, capsys):
+    path = tmp_path / "konect.tsv"
+    path.write_text("% sym weighted\nsrc\tdst\tweight\n1\t2\t0.5\n2\t3\t1\n3\t4\t2\n4\t1\t7\n")
+    out = tmp_path / "parts"
+    argv = ["partition", path, "--parts", 2, "--method", "random", "--one-based", "--out", out]
+    assert main([str(a) for a in argv]) == 0
+    assert capsys.readouterr().out.startswith("konect: 4 nodes, 4 undirected edges (8 directed entries)")
+    assert load_meta(out).num_nodes == 4
+    assert main([str(a) for a in argv + ["--num-nodes", 6, "--overwrite"]]) == 0
+    assert load_meta(out).num_nodes == 6
+
+
+def test_planetoid_name_picks_one_of_several_sets(cli_fails, tmp_path, capsys):
+    rng = np.random.default_rng(3)
+    folder = tmp_path / "planetoid"
+    make_planetoid(folder, rng, name="citeseer")
+    make_planetoid(folder, rng, name="cora")
+    out = tmp_path / "parts"
+    cli_fails(["partition", folder, "--parts", 2, "--out", out], "holds Planetoid sets ['citeseer', 'cora']",
+              "--name")
+    cli_fails(["partition", folder, "--parts", 2, "--name", "pubmed", "--out", out], "no Planetoid set 'pubmed'")
+    argv = ["partition", folder, "--parts", 2, "--method", "random", "--name", "cora", "--out", out]
+    assert main([str(a) for a in argv]) == 0
+    assert load_meta(out).name == "cora"
