@@ -35,6 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
+from haloflow.data.graph import max_plausible_nodes
 from haloflow.data.textscan import BLOCK_BYTES, first_problem, iter_token_blocks, open_decompressed
 from haloflow.errors import ConfigError, InputFormatError
 
@@ -149,8 +150,9 @@ def read_jodie_csv(path: str | os.PathLike) -> TemporalEvents:
     rejects the file, a line-by-line pass finds the first bad line for the error message. Blank lines are skipped.
 
     Raises:
-        InputFormatError: unknown header, a wrong field count, a non-numeric or empty field, a negative id,
-            a NaN time, or a time smaller than the one before (file and 1-based line in the message).
+        InputFormatError: unknown header, a wrong field count, a non-numeric or empty field, a negative id or
+            one >= 2 E + 1024 (see `read_snap_temporal`), a NaN time, or a time smaller than the one before (file
+            and 1-based line in the message).
     """
     import pyarrow as pa
     import pyarrow.csv as pacsv
@@ -196,6 +198,14 @@ def read_jodie_csv(path: str | os.PathLike) -> TemporalEvents:
     label = table.column("c3").to_numpy() if num_fields > 3 else None
     feat = (np.stack([table.column(c).to_numpy() for c in columns[4:]], axis=1) if num_fields > 4 else None)
     _check_rows(path, u, i, ts, jodie)
+    bound = max_plausible_nodes(u.shape[0])
+    big = np.flatnonzero((u >= bound) | (i >= bound))
+    if big.size:  # a stray or raw external id: every per-node array would be that long
+        r = int(big[0])
+        raise InputFormatError(
+            path, f"node id {int(max(u[r], i[r])):,} is out of range: ids must be < 2 x {u.shape[0]:,} events + "
+                  f"1,024, since a larger id would make mostly isolated nodes; renumber the ids to 0..n-1",
+            line=_line_of_row(path, r))
 
     if jodie:
         num_users = int(u.max()) + 1 if u.size else 0
@@ -298,17 +308,39 @@ def read_snap_temporal(path: str | os.PathLike, *, num_nodes: int | None = None,
 
     Args:
         path: plain, gzip, xz or bz2 text; ``#`` and ``%`` comment lines anywhere.
-        num_nodes: N when known (ids must be < N); by default ``max id + 1``.
+        num_nodes: N when known (ids must be < N); by default ``max id + 1``, and then ids must be < 2 E + 1024
+            (E events touch at most 2E nodes: a larger id is a stray or raw external id, and would make every
+            per-node array, such as the temporal CSR's, that long).
         sort: a stream whose times decrease somewhere is an error unless True; then it is sorted by time
             (stably: equal times keep file order).
         block_bytes: decompressed bytes scanned at a time (memory about 10x this at the peak).
 
     Raises:
-        InputFormatError: a line without exactly 3 fields, a non-integer or negative value, an id >= num_nodes,
+        InputFormatError: a line without exactly 3 fields, a non-integer or negative value, an id out of range,
             or (unless ``sort``) a time smaller than the line before it; file and 1-based line in the message.
     """
     if num_nodes is not None and num_nodes < 0:
         raise ConfigError(f"num_nodes must be >= 0, got {num_nodes}")
+    ids, t = _scan_snap_temporal(path, num_nodes, None, sort, block_bytes)  # (E, 2), (E,)
+    bound = max_plausible_nodes(t.shape[0])
+    if num_nodes is None and ids.size and int(ids.max()) >= bound:  # scan again to name the line
+        hint = (f"without num_nodes, ids must be < 2 x {t.shape[0]:,} events + 1,024, since a larger id would "
+                f"make mostly isolated nodes; pass num_nodes=N if there really are that many, or renumber the "
+                f"ids to 0..n-1")
+        _scan_snap_temporal(path, bound, hint, sort, block_bytes)
+        raise InputFormatError(path, f"a node id is >= {bound:,}: {hint}")  # the file changed between the scans
+    if sort:
+        order = np.argsort(t, kind="stable")
+        ids, t = ids[order], t[order]
+    n = num_nodes if num_nodes is not None else (int(ids.max()) + 1 if ids.size else 0)
+    events = TemporalEvents(src=ids[:, 0], dst=ids[:, 1], t=t, num_nodes=n)
+    log.info("read %s: %s", path, events)
+    return events
+
+
+def _scan_snap_temporal(path, upper: int | None, hint: str | None, sort: bool, block_bytes: int
+                        ) -> tuple[np.ndarray, np.ndarray]:
+    """(ids int64 (E, 2), t int64 (E,)) in file order; the first problem of a block raises."""
     ids_out, t_out = [], []
     prev: tuple[int, int] | None = None  # (time, line) of the last row of the previous block
     for tb in iter_token_blocks(path, block_bytes=block_bytes):
@@ -319,8 +351,8 @@ def read_snap_temporal(path: str | os.PathLike, *, num_nodes: int | None = None,
         problems = []
         wrong = data & (tb.line_count != 3)
         if wrong.any():
-            lineno = int(tb.line[tb.line_start[np.argmax(wrong)]])
             j = int(np.argmax(wrong))
+            lineno = int(tb.line[tb.line_start[j]])
             problems.append((lineno, f"expected 3 fields (src dst unix_time) separated by tabs or spaces, found "
                                      f"{int(tb.line_count[j])}: {tb.line_text(lineno)!r}"))
             data &= ~wrong
@@ -328,10 +360,11 @@ def read_snap_temporal(path: str | os.PathLike, *, num_nodes: int | None = None,
         ids, p_ids = tb.parse_ints(tokens[:, :2].ravel(), "node id")  # (2R,)
         t, p_t = tb.parse_ints(tokens[:, 2], "timestamp")  # (R,)
         problems += [p_ids, p_t]
-        if num_nodes is not None and p_ids is None and ids.size and int(ids.max()) >= num_nodes:
-            lineno = int(tb.line[tokens[:, :2].ravel()[np.argmax(ids >= num_nodes)]])
-            problems.append((lineno, f"node id {int(ids.max())} is out of range: expected node ids in "
-                                     f"[0, {num_nodes}) (line {tb.line_text(lineno)!r})"))
+        if upper is not None and p_ids is None and ids.size and int(ids.max()) >= upper:
+            k = int(np.argmax(ids >= upper))
+            lineno = int(tb.line[tokens[:, :2].ravel()[k]])
+            why = hint or f"expected node ids in [0, {upper})"
+            problems.append((lineno, f"node id {int(ids[k])} is out of range: {why} (line {tb.line_text(lineno)!r})"))
         if not sort and t.size and p_t is None:
             lines = tb.line[tokens[:, 2]]  # (R,) file line of each row
             down = np.flatnonzero(t[1:] < t[:-1]) + 1
@@ -351,13 +384,7 @@ def read_snap_temporal(path: str | os.PathLike, *, num_nodes: int | None = None,
         t_out.append(t)
     ids = np.concatenate(ids_out) if ids_out else np.zeros((0, 2), dtype=np.int64)  # (E, 2)
     t = np.concatenate(t_out) if t_out else np.zeros(0, dtype=np.int64)  # (E,)
-    if sort:
-        order = np.argsort(t, kind="stable")
-        ids, t = ids[order], t[order]
-    n = num_nodes if num_nodes is not None else (int(ids.max()) + 1 if ids.size else 0)
-    events = TemporalEvents(src=ids[:, 0], dst=ids[:, 1], t=t, num_nodes=n)
-    log.info("read %s: %s", path, events)
-    return events
+    return ids, t
 
 
 # --------------------------------------------------------------------------------------------- splits

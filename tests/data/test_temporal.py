@@ -100,6 +100,8 @@ def test_read_jodie_original_layout_offsets_items(tmp_path):
         ("u,i,ts,label\n0,1,0,0\n-1,2,3,0\n", 3, "negative u -1: expected ids >= 0"),
         ("u,i,ts,label\n0,1,5,0\n\n1,2,7,0\n1,2,6,0\n", 5, "timestamps must not decrease: 6 comes after 7 on line 4"),
         ("u,i,ts,label\n0,1,nan,0\n", 2, "timestamp nan: expected a finite number"),
+        ("u,i,ts,label\n0,1,0,0\n1,1030,1,0\n", 3, "node id 1,030 is out of range: ids must be < 2 x 2 events "
+                                                 "\\+ 1,024.*renumber"),
         ("user_id,item_id,timestamp,state_label,features\n0,0,0,0,1.0\n0,1,1,0\n", 3,
          "expected 5 comma-separated fields, found 4"),
     ],
@@ -164,6 +166,10 @@ def test_read_snap_temporal_unsorted_across_blocks_and_id_bound(tmp_path):
     path = tmp_path / "ok.txt"
     with expect_error(path, 1, r"node id 1 is out of range: expected node ids in \[0, 1\)"):
         read_snap_temporal(write(tmp_path / "ok.txt", "0 1 5\n"), num_nodes=1)
+    path = write(tmp_path / "stray.txt", "0 1 5\n1 2 6\n2 9999999999 7\n")
+    with expect_error(path, 3, "node id 9999999999 is out of range: without num_nodes, ids must be < 2 x 3 events"):
+        read_snap_temporal(path)
+    assert read_snap_temporal(path, num_nodes=10**10).num_nodes == 10**10  # told: believed
 
 
 # --------------------------------------------------------------------------------------------- splits
