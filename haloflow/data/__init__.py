@@ -1,7 +1,8 @@
-"""Data: graphs (the CSR format, readers for the formats users hold, generators) and click logs.
+"""Data: graphs (the CSR format, readers for the formats users hold, generators), click logs and event streams.
 
-The graph side needs only numpy; the click-log side (Parquet, torch batches) is imported on first use, so that
-``import haloflow.data`` (and every ``haloflow.data.<module>`` import, which runs this file) stays light.
+The graph side needs only numpy; the click-log side (Parquet, torch batches) and the event-stream side (pyarrow,
+numba) are imported on first use, so that ``import haloflow.data`` (and every ``haloflow.data.<module>`` import,
+which runs this file) stays light.
 """
 
 from haloflow._lazy import lazy_getattr
@@ -38,5 +39,14 @@ _LAZY = {
     "ClickLoader": "haloflow.data.criteo_loader",
     "ClickLoaderConfig": "haloflow.data.criteo_loader",
 }
+# Event streams (temporal GNNs): pyarrow and numba, imported on first use.
+_LAZY.update({
+    name: "haloflow.data.temporal"
+    for name in ("TemporalEvents", "read_jodie_csv", "read_snap_temporal", "TemporalSplit", "chronological_split",
+                 "InductiveSplit", "inductive_nodes")
+})
+_LAZY.update({
+    name: "haloflow.data.temporal_sampler" for name in ("TemporalCSR", "RecentNeighbors", "NegativeSampler")
+})
 __all__ += list(_LAZY)
 __getattr__ = lazy_getattr(__name__, _LAZY)
