@@ -90,3 +90,20 @@ def test_errors_name_the_problem():
         SparseOperator(INDPTR, INDICES, VALUES, (4, 4))
     with pytest.raises(ConfigError, match="kernel must be one of"):
         SparseOperator(INDPTR, INDICES, VALUES, (3, 4), kernel="cuda")
+
+
+def test_numba_kernels_leave_torchs_thread_count_alone():
+    """numba's OpenMP pool, started by its first parallel kernel, reset the OpenMP thread count torch reads: a
+    torchrun rank given OMP_NUM_THREADS=1 then ran torch's ops on every core (seen as 2 ranks x 2 threads)."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import numpy as np, torch\n"
+            "from haloflow.models.spmm import SparseOperator\n"
+            "op = SparseOperator(np.array([0, 1, 2]), np.array([1, 0]), np.ones(2, np.float32), (2, 2))\n"
+            "op @ torch.ones(2, 3)\n"
+            "print(torch.get_num_threads())\n")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "2"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "1"
