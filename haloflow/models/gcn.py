@@ -8,15 +8,18 @@ GraphSAGE-mean (Hamilton et al. 2017, https://arxiv.org/abs/1706.02216)::
 
     H_{l+1} = relu(drop(H_l) @ W_self_l + mean_neigh(drop(H_l)) @ W_neigh_l + b_l)
 
-Layer 0 aggregates *before* it transforms, and its aggregation of the constant input is computed once
-(`GCN.precompute`, on by default): dropout acts on the aggregated features ``A_hat @ X``, keyed by global node id,
-so the math is the same whether the cache is used or not and whatever the number of processes. Other layers
-transform first when the output is narrower than the input (fewer columns to aggregate, fewer bytes for the
-engine to exchange), otherwise aggregate first; the choice depends only on the config::
+Layer 0 has two forms. Kipf's (``precompute_first=False``, what PyG's ``GCNConv`` computes): dropout on the input
+``X``, then aggregate and transform like any other layer. The precomputed form (``precompute_first=True``, the
+default, faster): dropout acts on the aggregated features ``A_hat @ X``, so ``A_hat @ X`` of the constant input
+is computed once before training (`GCN.precompute`) - a different placement of layer 0's dropout, the same model
+without dropout. Both are keyed by global node id, so the math is the same whatever the number of processes.
+A layer transforms first when its output is narrower than its input (fewer columns to aggregate, fewer bytes for
+the engine to exchange), otherwise aggregates first; the choice depends only on the config::
 
-    layer 0:  X ──agg (once)──> AX ──drop──> @W0 ──+b──> relu        (GCN)
-    layer l:  H ──drop──> @Wl ──agg──> +b ──> relu                   if out_dim < in_dim
-              H ──drop──> agg ──> @Wl ──> +b ──> relu                otherwise
+    layer 0, precomputed:  X ──agg (once)──> AX ──drop──> @W0 ──+b──> relu
+    layer 0, Kipf's, and
+    layer l:               H ──drop──> @Wl ──agg──> +b ──> relu                 if out_dim < in_dim
+                           H ──drop──> agg ──> @Wl ──> +b ──> relu              otherwise
 
 Shapes:
     x: (n_own, in_dim); node_ids: int64 (n_own,) global ids; logits: (n_own, out_dim).
@@ -54,7 +57,7 @@ class GCNConfig:
     dropout: float = 0.5
     conv: str = "gcn"  # "gcn" | "sage" (GraphSAGE-mean: h W_self + mean_neigh(h) W_neigh)
     seed: int = 0  # dropout key and weight init
-    precompute_first: bool = True  # layer 0 aggregates the constant input once (aggregate-before-transform)
+    precompute_first: bool = True  # layer 0 aggregates the constant input once; its dropout then acts on A X
 
     def __post_init__(self) -> None:
         for name in ("in_dim", "out_dim", "hidden_dim", "num_layers"):
@@ -77,9 +80,9 @@ class GCNConfig:
         return [self.in_dim] + [self.hidden_dim] * (self.num_layers - 1) + [self.out_dim]
 
     def transform_first(self, layer: int) -> bool:
-        """Whether layer ``layer`` multiplies by its weight before aggregating (never for layer 0)."""
+        """Whether layer ``layer`` multiplies by its weight before aggregating (never the precomputed layer 0)."""
         d = self.dims
-        return layer > 0 and d[layer + 1] < d[layer]
+        return (layer > 0 or not self.precompute_first) and d[layer + 1] < d[layer]
 
 
 class GCN(nn.Module):
@@ -114,8 +117,6 @@ class GCN(nn.Module):
         self._cache_key = _key(x, agg)
 
     def _first_input(self, x: torch.Tensor, agg: Aggregator) -> torch.Tensor:
-        if not self.config.precompute_first:
-            return agg.aggregate(0, x)  # (n_own, in_dim), every call
         if self._cache is None or self._cache_key != _key(x, agg):
             log.debug("precomputing layer 0's aggregation of the input features")
             self.precompute(x, agg)
@@ -137,13 +138,14 @@ class GCN(nn.Module):
         h = x
         for layer in range(cfg.num_layers):
             w, b = self.weights[layer], self.biases[layer]
-            if layer == 0:
+            if layer == 0 and cfg.precompute_first:
                 ah = drop(self._first_input(x, agg), 0, stream=1)  # (n, in_dim) = drop(A X)
                 out = (ah @ w).add_(b)  # (n, hidden); in place: no second 4nF-byte buffer to fault in
                 if self.self_weights is not None:
                     out = out + drop(x, 0) @ self.self_weights[0]
             else:
-                hd = drop(h, layer, relu=True)  # (n, d_l) = drop(relu(h)): one pass, one saved mask
+                # (n, d_l) = drop(relu(h)): one pass, one saved mask; layer 0 (Kipf's form): drop(X), no relu
+                hd = drop(h, layer, relu=layer > 0)
                 if cfg.transform_first(layer):
                     out = agg.aggregate(layer, hd @ w).add_(b)  # (n, d_l+1)
                 else:
