@@ -11,6 +11,7 @@ import argparse
 from haloflow.cli import name_flags
 from haloflow.errors import ConfigError
 from haloflow.partition.planner.cost_model import EmbeddingCostModel
+from haloflow.partition.planner.plan_io import save_plan
 from haloflow.partition.planner.planner import EmbeddingShardingPlanner
 from haloflow.partition.planner.report import plan_report
 from haloflow.partition.planner.specs import load_table_specs, parse_bytes
@@ -81,5 +82,5 @@ def run(args: argparse.Namespace) -> int:
           f"optimizer {args.optimizer}")
     print(plan_report(plan, specs))
     if args.out:
-        print(f"plan written to {plan.save(args.out)}")
+        print(f"plan written to {save_plan(plan, args.out)}")
     return 0

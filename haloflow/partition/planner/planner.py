@@ -29,13 +29,15 @@ from haloflow.partition.planner.types import (
     Proposer,
     Shard,
     ShardingPlan,
+    ShardingType,
     StorageReservation,
     TablePlan,
     TableSpec,
     Topology,
 )
+from haloflow.partition.planner.validate import validate_plan
 
-__all__ = ["EmbeddingShardingPlanner", "plan_tables", "lower_bound"]
+__all__ = ["EmbeddingShardingPlanner", "plan_tables", "lower_bound", "table_wise_plan"]
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +100,7 @@ class EmbeddingShardingPlanner:
                            for r, ro, nr, co, nc in zip(ranks, o.row_offsets, o.rows, o.col_offsets, o.cols))
             plans.append(TablePlan(spec.name, t, o.sharding, shards))
         plan = ShardingPlan(options.topology.world_size, tuple(plans))
-        plan.validate(options.tables)
+        validate_plan(plan, options.tables)
         per_rank = options.cost_model.rank_costs(plan, options.tables, self.topology)
         return ShardingPlan(plan.world_size, plan.tables, per_rank)
 
@@ -140,3 +142,19 @@ def lower_bound(options: OptionSet) -> float:
         if take < 1.0:
             break
     return max(total / k, peak)
+
+
+def table_wise_plan(table_sizes: tuple[int, ...] | list[int], dim: int, world_size: int) -> ShardingPlan:
+    """Whole tables on ranks, largest first to the rank with the fewest rows (what training uses without a plan).
+
+    Tables are named ``t0, t1, ...`` in order. No cost model: a plain, predictable default.
+    """
+    load = [0] * world_size
+    owner = {}
+    for t in sorted(range(len(table_sizes)), key=lambda t: -table_sizes[t]):
+        r = min(range(world_size), key=lambda r: (load[r], r))
+        owner[t] = r
+        load[r] += table_sizes[t]
+    tables = tuple(TablePlan(f"t{t}", t, ShardingType.TABLE_WISE, (Shard(owner[t], 0, n, 0, dim),))
+                   for t, n in enumerate(table_sizes))
+    return ShardingPlan(world_size, tables)

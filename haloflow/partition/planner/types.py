@@ -37,18 +37,14 @@ The search runs as a pipeline of small stages, each an abstract class here with 
 from __future__ import annotations
 
 import abc
-import json
 import math
-import os
 from dataclasses import dataclass, field
 from enum import Enum
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from haloflow.errors import ConfigError, PlanError
-from haloflow.utils.atomic import atomic_write_text
 
 if TYPE_CHECKING:
     from haloflow.partition.planner.cost_model import EmbeddingCostModel
@@ -247,8 +243,8 @@ class RankCost:
 class ShardingPlan:
     """The planner's answer: one ``TablePlan`` per table in table order, and the estimated cost of every rank.
 
-    ``per_rank`` may be empty for a hand-made plan. JSON via ``to_json``/``from_json``; ``save`` writes a
-    temporary file and renames it, so a reader never sees half a plan.
+    ``per_rank`` may be empty for a hand-made plan. Reading, writing and checking a plan are functions of
+    ``plan_io.py`` and ``validate.py`` (``save_plan`` writes a temporary file and renames it).
     """
 
     world_size: int
@@ -278,71 +274,6 @@ class ShardingPlan:
     @property
     def max_cost(self) -> float:
         return max((c.cost for c in self.per_rank), default=0.0)
-
-    # --- checks ------------------------------------------------------------------------------------------
-    def validate(self, table_specs: list[TableSpec] | tuple[TableSpec, ...]) -> None:
-        """Raise ``PlanError`` naming the table and the rule it breaks unless this plan fits ``table_specs``."""
-        from haloflow.partition.planner.validate import validate_plan
-
-        validate_plan(self, table_specs)
-
-    # --- JSON --------------------------------------------------------------------------------------------
-    def to_dict(self) -> dict:
-        return {
-            "format": PLAN_FORMAT,
-            "version": PLAN_VERSION,
-            "world_size": self.world_size,
-            "tables": [
-                {"table": tp.table, "table_index": tp.table_index, "sharding": tp.sharding.value,
-                 "shards": [s.__dict__.copy() for s in tp.shards]}
-                for tp in self.tables
-            ],
-            "per_rank": [
-                {"rank": c.rank, "cost_s": c.cost, "memory": c.memory.__dict__.copy(),
-                 "traffic": c.traffic.__dict__.copy()}
-                for c in self.per_rank
-            ],
-        }
-
-    def to_json(self) -> str:
-        return json.dumps(_plain(self.to_dict()), indent=1)
-
-    @classmethod
-    def from_dict(cls, d: dict, source: str = "<plan>") -> ShardingPlan:
-        from haloflow.partition.planner.validate import plan_from_dict
-
-        return plan_from_dict(d, source)
-
-    @classmethod
-    def from_json(cls, text: str, source: str = "<plan>") -> ShardingPlan:
-        try:
-            d = json.loads(text)
-        except json.JSONDecodeError as err:
-            raise PlanError(f"{source}:{err.lineno}: not valid JSON ({err.msg})") from None
-        return cls.from_dict(d, source)
-
-    def save(self, path: str | os.PathLike) -> Path:
-        return atomic_write_text(path, self.to_json() + "\n")
-
-    @classmethod
-    def load(cls, path: str | os.PathLike) -> ShardingPlan:
-        path = Path(path)
-        if not path.is_file():
-            raise FileNotFoundError(f"plan file {path} not found; expected a JSON plan from `haloflow plan-tables --out`")
-        return cls.from_json(path.read_text(), source=str(path))
-
-
-def _plain(x):
-    """numpy scalars -> Python numbers, so ``json.dumps`` accepts them."""
-    if isinstance(x, dict):
-        return {k: _plain(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_plain(v) for v in x]
-    if isinstance(x, np.integer):
-        return int(x)
-    if isinstance(x, np.floating):
-        return float(x)
-    return x
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from haloflow.data.jagged import JaggedBatch
-from haloflow.engine.embedding_layout import EmbeddingLayout, predict_step_bytes
+from haloflow.engine.dlrm.embedding_layout import EmbeddingLayout, predict_step_bytes
 from haloflow.errors import ConfigError
 from haloflow.partition.planner.cost_model import EmbeddingCostModel
 from haloflow.partition.planner.types import Shard, ShardingPlan, ShardingType, TablePlan, TableSpec, Topology
