@@ -40,10 +40,11 @@ _LAZY = {
     "partition_dataset": "haloflow.partition.pipeline",
     "load_partition": "haloflow.partition.format",
     "plan_tables": "haloflow.partition.planner.planner",
-    "train_gcn": "haloflow.engine.train_gcn",
-    "GCNTrainConfig": "haloflow.engine.train_gcn",
-    "train_dlrm": "haloflow.engine.train_dlrm",
-    "DLRMTrainConfig": "haloflow.engine.train_dlrm",
+    "train_gcn": "haloflow.engine.gcn.train",
+    "GCNTrainConfig": "haloflow.engine.gcn.train",
+    "train_dlrm": "haloflow.engine.dlrm.train",
+    "DLRMTrainConfig": "haloflow.engine.dlrm.train",
+    "RuntimeConfig": "haloflow.engine.runtime",
 }
 __all__ += list(_LAZY)
 __getattr__ = lazy_getattr(__name__, _LAZY)

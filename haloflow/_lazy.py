@@ -2,7 +2,7 @@
 
 ::
 
-    _LAZY = {"train_dlrm": "haloflow.engine.train_dlrm"}   # name -> module that defines it
+    _LAZY = {"train_dlrm": "haloflow.engine.dlrm.train"}   # name -> module that defines it
     __getattr__ = lazy_getattr(__name__, _LAZY)
     __all__ += list(_LAZY)
 """

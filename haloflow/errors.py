@@ -33,7 +33,14 @@ class InputFormatError(HaloflowError, ValueError):
 
 
 class ConfigError(HaloflowError, ValueError):
-    """An argument or config field is out of range; the message names it and the allowed values."""
+    """An argument or config field is out of range; the message names it and the allowed values.
+
+    ``field`` is the config field it is about (when there is one), so that the CLI can name the flag a user typed.
+    """
+
+    def __init__(self, message: str, *, field: str | None = None):
+        self.field = field
+        super().__init__(message)
 
 
 class OutputExistsError(ConfigError, FileExistsError):

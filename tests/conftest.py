@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from haloflow.data.paths import data_root
-from haloflow.engine.dist import launch_torchrun
+from haloflow.engine.launch import launch_torchrun
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -30,7 +30,8 @@ import torch
 from torch import nn
 
 from haloflow.data.clicks import ClickLogConfig, ClickLogGenerator
-from haloflow.engine.dist import launch_torchrun, shutdown
+from haloflow.engine.runtime import shutdown
+from haloflow.engine.launch import launch_torchrun
 from haloflow.models.dlrm import DLRM, DLRMConfig, dlrm_loss
 from haloflow.utils.atomic import atomic_write_text
 
@@ -149,9 +150,9 @@ def worker(args) -> None:
     import torch.distributed as dist
 
     from haloflow.data.jagged import split_sizes
-    from haloflow.engine.dist import init_from_env
-    from haloflow.engine.embedding_layout import predict_step_bytes
-    from haloflow.engine.sharding import shard_dlrm
+    from haloflow.engine.runtime import init_from_env
+    from haloflow.engine.dlrm.embedding_layout import predict_step_bytes
+    from haloflow.engine.dlrm.sharding import shard_dlrm
     from haloflow.partition.planner.planner import plan_tables
     from haloflow.partition.planner.types import TableSpec, Topology
 
@@ -165,11 +166,11 @@ def worker(args) -> None:
     plan = plan_tables(specs, Topology(world_size=ctx.world_size, memory_per_rank=budget))
     model = shard_dlrm(DLRM(DLRMConfig(table_sizes=sizes)), plan, ctx.group)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    n_dense = sum(p.numel() for p in model.dense_parameters())
+    n_dense = model.dense_buckets
     batches = list(gen.batches(args.batch_size, args.steps + args.warmup))
     # Predicted from the plan and each global batch alone, before the clock starts.
     predicted = [predict_step_bytes(model.embeddings.layout, b.sparse, split_sizes(b.batch_size, ctx.world_size),
-                                    dense_params=n_dense)[ctx.rank] for b in batches]
+                                    dense_buckets=n_dense)[ctx.rank] for b in batches]
     mismatches, step_bytes = 0, []
     t0 = None
     for i, b in enumerate(batches):

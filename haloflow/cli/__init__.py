@@ -43,7 +43,9 @@ def register_modules(subparsers, modules: list[str]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = parser.parse_args(argv)
+    args.argv = argv  # as typed: what `--nproc K` hands each rank (less --nproc)
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
     )
@@ -59,7 +61,7 @@ def name_flags(err: ConfigError, flags: dict[str, str]) -> ConfigError:
     msg = str(err)
     for field, flag in flags.items():
         msg = msg.replace(field, flag)
-    return ConfigError(msg)
+    return ConfigError(msg, field=err.field)
 
 
 def run_command(prog: str, func: Callable[[argparse.Namespace], int | None], args: argparse.Namespace) -> int:

@@ -3,38 +3,29 @@
 ::
 
     haloflow train gcn --dataset PATH                           single process
-    torchrun --nproc-per-node K -m haloflow train gcn --partitions DIR    one rank per part
-    haloflow train gcn --partitions DIR --nproc K               the same, with torchrun started for you
+    haloflow train gcn --partitions DIR --nproc K               one rank per part, torchrun started for you
+    torchrun --nproc-per-node K -m haloflow train gcn --partitions DIR    the same, under your own torchrun
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
-import os
 
-from haloflow.engine.dist import launch_torchrun
-from haloflow.errors import ConfigError
+from haloflow.cli.runtime_args import add_runtime_arguments, relaunch_if_asked, runtime_config
 
-__all__ = ["register", "config_from_args", "rank_argv"]
+__all__ = ["register", "config_from_args"]
 
 log = logging.getLogger(__name__)
 
-# (flag, dest, type) of every option forwarded unchanged to the ranks when --nproc starts torchrun
-_OPTIONS = [
-    ("--dataset", "dataset", str), ("--partitions", "partitions", str), ("--format", "dataset_format", str),
-    ("--epochs", "epochs", int), ("--lr", "lr", float), ("--weight-decay", "weight_decay", float),
-    ("--optimizer", "optimizer", str), ("--hidden", "hidden_dim", int), ("--layers", "num_layers", int),
-    ("--dropout", "dropout", float), ("--conv", "conv", str), ("--seed", "seed", int),
-    ("--staleness", "staleness", int), ("--halo-keep", "halo_keep", float), ("--timeout", "timeout_s", float),
-    ("--kernel", "kernel", str), ("--log-jsonl", "log_jsonl", str), ("--save", "save", str),
-]
-_FLAGS = [("--no-precompute", "no_precompute"), ("--no-progress", "no_progress"),
-          ("--no-normalize", "no_normalize"), ("--directed", "directed")]
+# config field -> flag, for error messages
+FLAGS = {"hidden_dim": "--hidden", "num_layers": "--layers", "dataset_format": "--format",
+         "weight_decay": "--weight-decay", "halo_keep": "--halo-keep", "bucket_bytes": "--bucket-bytes",
+         "dataset": "--dataset", "partitions": "--partitions"}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from haloflow.engine.train_gcn import GCNTrainConfig
+    from haloflow.engine.gcn.train import GCNTrainConfig
 
     d = GCNTrainConfig(dataset="-")  # the defaults, shown in --help
     p = subparsers.add_parser(
@@ -44,7 +35,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--dataset", metavar="PATH", help="a data set (SNAP, PACE, OGB folder, Planetoid folder)")
     src.add_argument("--partitions", metavar="DIR", help="a partition folder from `haloflow partition`")
-    p.add_argument("--nproc", type=int, metavar="K", help="start torchrun with K ranks (K = parts of DIR)")
     p.add_argument("--format", dest="dataset_format", default=d.dataset_format, help="format of --dataset")
     p.add_argument("--epochs", type=int, default=d.epochs)
     p.add_argument("--lr", type=float, default=d.lr)
@@ -55,54 +45,63 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--dropout", type=float, default=d.dropout)
     p.add_argument("--conv", default=d.conv, help="gcn or sage")
     p.add_argument("--seed", type=int, default=d.seed)
-    p.add_argument("--staleness", type=int, default=d.staleness, help="1: use the previous epoch's halos (PipeGCN)")
-    p.add_argument("--halo-keep", type=float, default=d.halo_keep, help="< 1: sample halo rows (BNS-GCN)")
-    p.add_argument("--timeout", dest="timeout_s", type=float, default=d.timeout_s,
-                   help="seconds a rank waits for a silent peer before failing")
-    p.add_argument("--kernel", default=d.kernel, help="SpMM kernel: numba or torch")
-    p.add_argument("--log-jsonl", metavar="FILE", help="one JSON line per epoch (rank 0)")
-    p.add_argument("--save", metavar="FILE", help="save the final model state (rank 0)")
-    p.add_argument("--no-precompute", action="store_true", help="aggregate layer 0's input every epoch")
+    p.add_argument("--kernel", default=d.kernel, help="SpMM kernel on CPU: numba or torch")
+    p.add_argument("--no-precompute", action="store_true",
+                   help="Kipf's layer 0 (dropout on X, A X every epoch) instead of A X once with dropout on A X")
     p.add_argument("--no-normalize", action="store_true", help="keep the features as they are (no row sums of 1)")
     p.add_argument("--directed", action="store_true", help="with --dataset: do not symmetrise the graph")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--save", metavar="FILE", help="save the final model state (rank 0)")
+    h = p.add_argument_group("halo exchange")
+    h.add_argument("--staleness", type=int, default=d.halo.staleness, help="1: use the previous epoch's halos (PipeGCN)")
+    h.add_argument("--halo-keep", type=float, default=d.halo.halo_keep, help="< 1: sample halo rows (BNS-GCN)")
+    h.add_argument("--bucket-bytes", type=int, default=d.grad_sync.bucket_bytes,
+                   help="largest weight-gradient bucket")
+    add_runtime_arguments(p, d.runtime)
     p.set_defaults(func=run)
 
 
 def config_from_args(args: argparse.Namespace):
-    from haloflow.engine.train_gcn import GCNTrainConfig
+    from haloflow.cli import name_flags
+    from haloflow.engine.gcn.parallelize import HaloConfig
+    from haloflow.engine.gcn.train import GCNTrainConfig
+    from haloflow.engine.grad_sync import GradSyncConfig
+    from haloflow.errors import ConfigError
 
-    kwargs = {dest: getattr(args, dest) for _, dest, _ in _OPTIONS}
-    return GCNTrainConfig(**kwargs, precompute_first=not args.no_precompute, progress=not args.no_progress,
-                          normalize_features=not args.no_normalize, symmetrize=not args.directed)
-
-
-def rank_argv(args: argparse.Namespace) -> list[str]:
-    """``-m haloflow train gcn ...`` with every option forwarded: what each rank runs under torchrun."""
-    argv = ["-m", "haloflow"] + (["-v"] if getattr(args, "verbose", False) else []) + ["train", "gcn"]
-    for flag, dest, _ in _OPTIONS:
-        value = getattr(args, dest)
-        if value is not None:
-            argv += [flag, str(value)]
-    return argv + [flag for flag, dest in _FLAGS if getattr(args, dest)]
+    try:
+        return GCNTrainConfig(
+            dataset=args.dataset, partitions=args.partitions, dataset_format=args.dataset_format,
+            symmetrize=not args.directed, normalize_features=not args.no_normalize, hidden_dim=args.hidden_dim,
+            num_layers=args.num_layers, dropout=args.dropout, conv=args.conv, seed=args.seed,
+            precompute_first=not args.no_precompute, kernel=args.kernel, epochs=args.epochs, lr=args.lr,
+            weight_decay=args.weight_decay, optimizer=args.optimizer, save=args.save,
+            halo=HaloConfig(staleness=args.staleness, halo_keep=args.halo_keep, seed=args.seed),
+            grad_sync=GradSyncConfig(bucket_bytes=args.bucket_bytes),
+            runtime=runtime_config(args, GCNTrainConfig(dataset="-").runtime),
+        )
+    except ConfigError as err:
+        raise name_flags(err, FLAGS) from None
 
 
 def run(args: argparse.Namespace) -> int:
     config = config_from_args(args)  # validate here, before starting any process
     if args.nproc is not None:
-        if args.nproc < 1:
-            raise ConfigError(f"--nproc must be >= 1, got {args.nproc}")
         if args.partitions is None:
-            raise ConfigError("--nproc needs --partitions DIR (one rank per part); --dataset runs in one process")
-        if "WORLD_SIZE" in os.environ:
-            raise ConfigError("--nproc starts torchrun itself; under torchrun, leave --nproc out")
-        return launch_torchrun(args.nproc, rank_argv(args)).returncode
+            from haloflow.errors import ConfigError
 
-    from haloflow.engine.train_gcn import train_gcn
+            raise ConfigError("--nproc needs --partitions DIR (one rank per part); --dataset runs in one process")
+        from haloflow.partition.format import load_meta
+
+        meta = load_meta(args.partitions)  # K is known now: no need to start torchrun to find it wrong
+        from haloflow.engine.runtime import expect_parts
+
+        expect_parts(meta.num_parts, args.nproc, args.partitions)
+    status = relaunch_if_asked(args)
+    if status is not None:
+        return status
+
+    from haloflow.engine.gcn.train import train_gcn
 
     result = train_gcn(config)
     if result.rank == 0:
-        f = result.final
-        print(f"epoch {f.epoch + 1}: loss {f.loss:.4f}  train {f.train_acc:.4f}  val {f.val_acc:.4f}  "
-              f"test {f.test_acc:.4f}  ({result.world_size} rank{'s' if result.world_size > 1 else ''})")
+        print(result.summary())
     return 0

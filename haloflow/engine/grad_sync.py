@@ -1,21 +1,25 @@
-"""Weight-gradient synchronisation in buckets, launched while backward is still running.
+"""Weight-gradient synchronisation in buckets: a fixed-order reduce-scatter, then an all-gather, O(P) per rank.
 
-Every rank holds a full copy of the (small) GCN weights; each computes the gradient of its share of the loss
-(already divided by the *global* number of training nodes), so the true gradient is the plain sum over ranks.
+Every rank holds a full copy of the (small, dense) weights; each computes the gradient of its share of the loss
+(already divided by the *global* count), so the true gradient is the plain sum over ranks.
 
 Buckets follow the reverse order of ``parameters()`` (the order backward produces them)::
 
     params   p0 p1 p2 p3 p4 p5          (forward order)
-    buckets  [p5 p4] [p3 p2 p1] [p0]     each at most ``bucket_bytes`` (a lone large parameter gets its own)
-    flat     bucket b: (n_b,) float       a parameter's gradient is copied in when its hook fires
+    buckets  [p5 p4] [p3 p2 p1] [p0]     each at most ``bucket_bytes``, and at most 1/min_buckets of all the
+                                         weights, so that more than one bucket launches during backward
+    flat     bucket b: (n,) floats, cut into K chunks c_0 .. c_{K-1} (sizes differ by at most one)
 
-    hook(p) -> copy p.grad into its bucket; when the bucket is full, launch an async all_gather
-               (buckets launch strictly in index order, so every rank issues the same collectives in the same order)
-    wait()  -> wait each gather, sum the K rows in rank order 0, 1, ..., K-1, write back into p.grad
+    hook(p)  copy p.grad into its bucket; when the bucket is full, launch its reduce-scatter (buckets launch
+             strictly in index order, so every rank issues the same collectives in the same order):
+               all_to_all: chunk q of my bucket -> rank q            rank r receives (K, c_r): chunk r of everyone
+    wait()   per bucket: wait, sum the K rows in rank order 0, 1, ..., K-1 (bit-identical on every rank, every
+             run), launch the all-gather of the summed chunk (an all-to-all that sends it to every rank, straight
+             into the flat bucket); then wait for every gather and write the sums into p.grad
 
-Summing gathered rows in a fixed order (instead of a backend all-reduce whose order the backend chooses) makes
-the result bit-identical on every rank and from run to run. Cost per step: K x (sum of parameter sizes) floats
-received per rank, which is small for GCN weights.
+Bytes a rank sends per bucket of n floats: (n - c_r) in the reduce-scatter and (K-1) c_r in the all-gather,
+``2 n (K-1) / K`` floats for equal chunks - the ring all-reduce's volume, instead of an all-gather's ``(K-1) n``.
+Both phases are all-to-alls with uneven splits, so they run on gloo (which has no reduce-scatter) and on NCCL.
 """
 
 from __future__ import annotations
@@ -28,10 +32,10 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from haloflow.engine.halo import CommStats, wait_work
+from haloflow.engine.comm import CommStats, wait_work
 from haloflow.errors import ConfigError
 
-__all__ = ["GradSyncConfig", "BucketedGradSync"]
+__all__ = ["GradSyncConfig", "BucketedGradSync", "chunk_sizes", "sync_bytes"]
 
 log = logging.getLogger(__name__)
 
@@ -41,24 +45,44 @@ class GradSyncConfig:
     """Args:
         bucket_bytes: largest bucket; 1 MiB keeps a few buckets for GCN-sized weights, so the first can fly
             while backward computes the rest (DDP's 25 MiB default would put all of GCN in one bucket).
+        min_buckets: cut the weights into at least this many buckets where parameters allow (a lone parameter
+            is never split): with one bucket, nothing would launch before backward ends.
     """
 
     bucket_bytes: int = 1 << 20
+    min_buckets: int = 2
 
     def __post_init__(self) -> None:
         if self.bucket_bytes <= 0:
-            raise ConfigError(f"bucket_bytes must be > 0, got {self.bucket_bytes}")
+            raise ConfigError(f"bucket_bytes must be > 0, got {self.bucket_bytes}", field="bucket_bytes")
+        if self.min_buckets < 1:
+            raise ConfigError(f"min_buckets must be >= 1, got {self.min_buckets}", field="min_buckets")
+
+
+def chunk_sizes(n: int, k: int) -> list[int]:
+    """``n`` elements cut into ``k`` chunks whose sizes differ by at most one, the larger first."""
+    q, r = divmod(n, k)
+    return [q + (p < r) for p in range(k)]
+
+
+def sync_bytes(bucket_sizes, world_size: int, rank: int, elem_size: int = 4) -> int:
+    """Bytes rank ``rank`` sends in one step for buckets of these element counts (reduce-scatter + all-gather)."""
+    total = 0
+    for n in bucket_sizes:
+        c = chunk_sizes(int(n), world_size)[rank]
+        total += (int(n) - c) + (world_size - 1) * c
+    return total * elem_size if world_size > 1 else 0
 
 
 @dataclass(eq=False)
 class _Bucket:
     params: list[nn.Parameter]
     offsets: list[int]  # start of each parameter in ``flat``
-    flat: torch.Tensor  # (n,)
-    gathered: torch.Tensor  # (K, n)
+    flat: torch.Tensor  # (n,): the local gradients, then (after the all-gather) the sums
+    chunks: list[int]  # K chunk sizes of ``flat``
+    received: torch.Tensor  # (K * c_r,): chunk r of every rank, in rank order
     ready: int = 0
-    work: object | None = None
-    launched: bool = False
+    work: object | None = None  # the reduce-scatter, then the all-gather
     seen: set = field(default_factory=set)
 
 
@@ -78,19 +102,25 @@ class BucketedGradSync:
     """Sum gradients over the ranks of ``group``, overlapped with backward (see the module docstring).
 
     Call ``wait()`` after ``loss.backward()`` and before ``optimizer.step()``. One backward per step.
-    With ``group=None`` (single process) it does nothing.
+    With ``group=None`` (single process) it does nothing. ``launched_in_backward`` counts the buckets whose
+    reduce-scatter started from a gradient hook in the last step (the rest start in ``wait``).
     """
 
-    def __init__(self, params, group=None, config: GradSyncConfig | None = None, stats: CommStats | None = None):
+    def __init__(self, params, group=None, config: GradSyncConfig | None = None, stats: CommStats | None = None,
+                 *, kind: str = "grad"):
         self.config = config or GradSyncConfig()
+        self.kind = kind  # the key of its bytes and blocked time in ``stats``
         self.group = group
         self.stats = stats
         self.params = [p for p in params if p.requires_grad]
         self.world = dist.get_world_size(group) if group is not None else 1
+        self.rank = dist.get_rank(group) if group is not None else 0
         self.buckets: list[_Bucket] = []
         self._bucket_of: dict[int, tuple[int, int]] = {}  # id(param) -> (bucket index, position)
         self._next_launch = 0
         self._handles = []
+        self.launched_in_backward = 0  # of the last step
+        self._hook_launches = 0
         if group is None:
             return
         self._build_buckets()
@@ -102,11 +132,13 @@ class BucketedGradSync:
             self._handles.append(p.register_post_accumulate_grad_hook(hook))
 
     def _build_buckets(self) -> None:
+        total = sum(p.numel() * p.element_size() for p in self.params)
+        cap = min(self.config.bucket_bytes, -(-total // self.config.min_buckets))
         groups: list[list[nn.Parameter]] = []
         size = 0
         for p in reversed(self.params):
             nbytes = p.numel() * p.element_size()
-            if not groups or size + nbytes > self.config.bucket_bytes:
+            if not groups or size + nbytes > cap:
                 groups.append([])
                 size = 0
             groups[-1].append(p)
@@ -118,9 +150,10 @@ class BucketedGradSync:
                 n += p.numel()
                 self._bucket_of[id(p)] = (b, i)
             dtype, device = plist[0].dtype, plist[0].device
+            chunks = chunk_sizes(n, self.world)
             flat = torch.zeros(n, dtype=dtype, device=device)
-            gathered = torch.empty(self.world, n, dtype=dtype, device=device)
-            self.buckets.append(_Bucket(plist, offsets, flat, gathered))
+            received = torch.empty(self.world * chunks[self.rank], dtype=dtype, device=device)
+            self.buckets.append(_Bucket(plist, offsets, flat, chunks, received))
         log.debug("gradient sync: %d buckets of %s parameters", len(self.buckets), [len(g) for g in groups])
 
     # ------------------------------------------------------------------------------------------ hooks
@@ -133,48 +166,65 @@ class BucketedGradSync:
         off = bucket.offsets[i]
         bucket.flat[off : off + p.numel()].copy_(p.grad.reshape(-1))
         bucket.ready += 1
-        self._launch_ready()
-
-    def _launch_ready(self) -> None:
         while self._next_launch < len(self.buckets):
-            bucket = self.buckets[self._next_launch]
-            if bucket.ready < len(bucket.params):
+            nxt = self.buckets[self._next_launch]
+            if nxt.ready < len(nxt.params):
                 return
-            self._launch(bucket)
+            self._reduce_scatter(nxt)
             self._next_launch += 1
+            self._hook_launches += 1
 
-    def _launch(self, bucket: _Bucket) -> None:
-        rows = list(bucket.gathered.unbind(0))
-        bucket.work = dist.all_gather(rows, bucket.flat, group=self.group, async_op=True)
-        bucket.launched = True
+    # ------------------------------------------------------------------------------------------ the two phases
+    def _all_to_all(self, out, send, recv_splits, send_splits):
         if self.stats is not None:
-            self.stats.grad_bytes += bucket.flat.numel() * bucket.flat.element_size() * (self.world - 1)
+            sent = sum(n for q, n in enumerate(send_splits) if q != self.rank)
+            self.stats.record(self.kind, sent * send.element_size())
+        return dist.all_to_all_single(out, send, recv_splits, send_splits, group=self.group, async_op=True)
+
+    def _reduce_scatter(self, bucket: _Bucket) -> None:
+        """Chunk q of this rank's gradients to rank q; chunk r of every rank arrives here, in rank order."""
+        mine = bucket.chunks[self.rank]
+        bucket.work = self._all_to_all(bucket.received, bucket.flat, [mine] * self.world, bucket.chunks)
+
+    def _all_gather(self, bucket: _Bucket, b: int) -> None:
+        """Wait for the reduce-scatter, sum in rank order, and send the summed chunk to every rank."""
+        wait_work(bucket.work, f"gradient reduce-scatter (bucket {b})", self.stats, self.kind)
+        mine = bucket.chunks[self.rank]
+        rows = bucket.received.view(self.world, mine)  # (K, c_r)
+        total = rows[0].clone()
+        for q in range(1, self.world):  # fixed order: bit-identical on every rank and every run
+            total += rows[q]
+        bucket.work = self._all_to_all(bucket.flat, total.repeat(self.world), bucket.chunks, [mine] * self.world)
 
     # ------------------------------------------------------------------------------------------ step
     def wait(self) -> None:
         """Finish every bucket (parameters that got no gradient count as zero) and write the sums into .grad."""
         if self.group is None:
             return
+        self.launched_in_backward, self._hook_launches = self._hook_launches, 0
         for bucket in self.buckets[self._next_launch :]:
             for i, p in enumerate(bucket.params):  # unused parameters: contribute zeros
                 if i not in bucket.seen:
                     bucket.flat[bucket.offsets[i] : bucket.offsets[i] + p.numel()].zero_()
-            self._launch(bucket)
-        self._next_launch = len(self.buckets)
+            self._reduce_scatter(bucket)
         for b, bucket in enumerate(self.buckets):
-            wait_work(bucket.work, f"gradient all-gather (bucket {b})", self.stats, grad=True)
-            total = bucket.gathered[0].clone()
-            for r in range(1, self.world):  # fixed order: bit-identical on every rank
-                total += bucket.gathered[r]
+            self._all_gather(bucket, b)
+        for b, bucket in enumerate(self.buckets):
+            wait_work(bucket.work, f"gradient all-gather (bucket {b})", self.stats, self.kind)
             for p, off in zip(bucket.params, bucket.offsets):
-                g = total[off : off + p.numel()].view_as(p)
+                g = bucket.flat[off : off + p.numel()].view_as(p)
                 if p.grad is None:
                     p.grad = g.clone()
                 else:
                     p.grad.copy_(g)
-            bucket.ready, bucket.work, bucket.launched = 0, None, False
+            bucket.ready, bucket.work = 0, None
             bucket.seen.clear()
         self._next_launch = 0
+
+    @property
+    def bucket_sizes(self) -> list[int]:
+        """Elements in each bucket, in launch order."""
+        return [b.flat.numel() for b in self.buckets]
 
     def remove(self) -> None:
         """Detach the hooks (the model is then free of this sync)."""

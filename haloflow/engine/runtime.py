@@ -1,36 +1,57 @@
-"""Process-group setup from torchrun's environment, and starting torchrun on this machine.
+"""The runtime every trainer shares: the parallel layout, the process group's life, the device, and reporting.
 
 ``torchrun --nproc-per-node K ...`` sets RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT on every
-process. ``init_from_env`` reads them, picks gloo on CPU and NCCL on CUDA, and passes a ``timeout`` so that a
-collective waiting on a dead peer raises instead of hanging forever. ``launch_torchrun`` starts K local ranks
-of a script or module (what ``--nproc K`` and the multi-process tests and benchmarks do).
+process. ``init_from_env`` reads them into a validated ``ParallelLayout`` (K, rank, device, backend), picks gloo
+on CPU and NCCL on CUDA, and passes a ``timeout`` so that a collective waiting on a dead peer raises instead of
+hanging forever. ``Runtime`` wraps one run::
+
+    Runtime.start(RuntimeConfig)        join the group (or run alone), choose the device, open the metrics log
+      rt.started()                      start-up done: group, data, model, checks (reported apart from epochs)
+      rt.reporter(total, unit, desc)    a progress bar on a terminal, else a line every N epochs or steps
+      rt.metrics.write(record)          JSON lines for programs (``--log-jsonl``), rank 0 only
+    exit                                destroy the group it created (no barrier if the block raised)
+
+Trainers (``engine/gcn/train.py``, ``engine/dlrm/train.py``) build on it; starting the ranks themselves is
+``engine/launch.py``.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
 import gc
+import json
 import logging
+import math
 import os
-import signal
-import subprocess
 import sys
-from collections.abc import Sequence
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
 from haloflow.errors import ConfigError
+from haloflow.utils.progress import progress_bar
 
-__all__ = ["DistContext", "init_from_env", "shutdown", "torchrun_command", "launch_torchrun"]
+__all__ = [
+    "DEVICES", "ParallelLayout", "expect_parts", "resolve_device", "init_from_env", "shutdown", "RuntimeConfig", "Runtime",
+    "MetricsLog", "Reporter", "TrainResult", "save_atomic", "to_device", "synchronize",
+]
+
+DEVICES = ("auto", "cpu", "cuda")
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class DistContext:
-    """Who this process is. ``group`` is None when running single-process (world size 1, no init)."""
+class ParallelLayout:
+    """Who this process is and where it computes: K ranks, this rank, its device and the backend.
+
+    ``group`` is None when the run is a single process without a group (K = 1). Validated once here, so that code
+    downstream never checks K, rank or device again; ``expect_parts`` is the one check of a partition's or
+    plan's K against the number of processes.
+    """
 
     rank: int
     world_size: int
@@ -39,6 +60,17 @@ class DistContext:
     backend: str | None
     group: object | None = None
 
+    def __post_init__(self) -> None:
+        if self.world_size < 1 or not 0 <= self.rank < self.world_size:
+            raise ConfigError(f"rank {self.rank} is not in [0, {self.world_size}): WORLD_SIZE={self.world_size}, "
+                              f"RANK={self.rank}")
+        if self.backend not in (None, "gloo", "nccl"):
+            raise ConfigError(f"backend must be gloo or nccl, got {self.backend!r}")
+        if self.backend == "nccl" and self.device.type != "cuda":
+            raise ConfigError(f"NCCL needs a CUDA device, but this rank computes on {self.device}")
+        if self.group is None and self.world_size != 1:
+            raise ConfigError(f"{self.world_size} ranks need a process group")
+
     @property
     def distributed(self) -> bool:
         return self.group is not None
@@ -46,6 +78,18 @@ class DistContext:
     @property
     def is_main(self) -> bool:
         return self.rank == 0
+
+    def expect_parts(self, parts: int, source: str) -> None:
+        """Raise unless ``source`` (a partition folder, a plan) was made for this many processes."""
+        expect_parts(parts, self.world_size, source)
+
+
+def expect_parts(parts: int, world_size: int, source: str) -> None:
+    """The one check of a partition's or plan's K against the number of processes, with the fix in the message."""
+    if parts != world_size:
+        raise ConfigError(
+            f"{source} has {parts} parts but {world_size} process{'es' if world_size > 1 else ''} "
+            f"run: start {parts} (--nproc {parts}, or torchrun --nproc-per-node {parts})", field="nproc")
 
 
 def _env_int(name: str, default: int) -> int:
@@ -58,7 +102,24 @@ def _env_int(name: str, default: int) -> int:
         raise ConfigError(f"environment variable {name}={raw!r} is not an integer") from None
 
 
-def init_from_env(*, timeout_s: float = 120.0, device: str = "auto", force_distributed: bool = False) -> DistContext:
+def resolve_device(device: str, local_rank: int = 0) -> torch.device:
+    """"auto" -> CUDA device ``local_rank`` when CUDA is present, else the CPU; "cuda" without CUDA is an error."""
+    if device not in DEVICES:
+        raise ConfigError(f"device must be one of {DEVICES}, got {device!r}", field="device")
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cpu":
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise ConfigError("device 'cuda' was asked for, but torch sees no CUDA device (a CPU build of torch, or "
+                          "no GPU here); use --device cpu", field="device")
+    if local_rank >= torch.cuda.device_count():
+        raise ConfigError(f"local rank {local_rank} has no GPU: {torch.cuda.device_count()} visible", field="device")
+    torch.cuda.set_device(local_rank)
+    return torch.device("cuda", local_rank)
+
+
+def init_from_env(*, timeout_s: float = 120.0, device: str = "auto", force_distributed: bool = False) -> ParallelLayout:
     """Join the process group described by torchrun's variables.
 
     Args:
@@ -67,31 +128,23 @@ def init_from_env(*, timeout_s: float = 120.0, device: str = "auto", force_distr
         device: "auto" (CUDA if available, else CPU), "cpu" or "cuda".
         force_distributed: initialise a group even for WORLD_SIZE=1 (used by tests of the engine itself).
 
-    Returns a ``DistContext``; without torchrun's variables (or WORLD_SIZE=1) it is single-process, no group.
+    Returns a ``ParallelLayout``; without torchrun's variables (or WORLD_SIZE=1) it is single-process, no group.
     """
     world = _env_int("WORLD_SIZE", 1)
     rank = _env_int("RANK", 0)
     local = _env_int("LOCAL_RANK", 0)
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    if device not in ("cpu", "cuda"):
-        raise ConfigError(f"device must be 'auto', 'cpu' or 'cuda', got {device!r}")
-    if device == "cuda":
-        torch.cuda.set_device(local)
-        dev = torch.device("cuda", local)
-    else:
-        dev = torch.device("cpu")
-    if world == 1 and not force_distributed:
-        return DistContext(rank=0, world_size=1, local_rank=0, device=dev, backend=None, group=None)
+    dev = resolve_device(device, local)
+    if world == 1 and not force_distributed and not dist.is_initialized():
+        return ParallelLayout(rank=0, world_size=1, local_rank=0, device=dev, backend=None, group=None)
     backend = "nccl" if dev.type == "cuda" else "gloo"
     if not dist.is_initialized():
         # NCCL binds the group to this rank's device up front (barriers then know where to run)
         extra = {"device_id": dev} if dev.type == "cuda" else {}
         dist.init_process_group(backend=backend, timeout=_dt.timedelta(seconds=timeout_s), **extra)
         log.info("rank %d/%d joined the %s group", rank, world, backend)
-    return DistContext(
+    return ParallelLayout(
         rank=dist.get_rank(), world_size=dist.get_world_size(), local_rank=local, device=dev,
-        backend=backend, group=dist.group.WORLD,
+        backend=dist.get_backend(), group=dist.group.WORLD,
     )
 
 
@@ -115,85 +168,238 @@ def shutdown(*, barrier: bool = True) -> None:
     gc.collect()
 
 
-def torchrun_command(nproc: int, target: Sequence[str]) -> list[str]:
-    """``python -m torch.distributed.run --standalone --nproc-per-node K *target``.
-
-    ``target`` is a script and its arguments, or ``["-m", module, *arguments]``. ``--standalone`` lets the
-    rendezvous store bind a free port itself: a port picked here and released would race with other launches.
-    """
-    if nproc < 1:
-        raise ConfigError(f"--nproc must be >= 1, got {nproc}")
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc),
-            *map(str, target)]
-
-
-def launch_torchrun(
-    nproc: int,
-    target: Sequence[str],
-    *,
-    threads_per_rank: int | None = None,
-    env: dict[str, str] | None = None,
-    **run_kwargs,
-) -> subprocess.CompletedProcess:
-    """Run ``target`` as ``nproc`` local ranks under torchrun and wait for them (``subprocess.run``).
+# ------------------------------------------------------------------------------------------------ the runtime
+@dataclass(frozen=True, kw_only=True)
+class RuntimeConfig:
+    """What every trainer shares: where it runs, how long a peer may be silent, and what it reports.
 
     Args:
-        nproc: number of ranks, >= 1.
-        target: a script and its arguments, or ``["-m", module, *arguments]``.
-        threads_per_rank: OMP_NUM_THREADS of every rank. Default: the caller's OMP_NUM_THREADS if set, else
-            cores // nproc, so that K ranks share the cores instead of each taking all of them.
-        env: extra environment variables for the ranks (over this process's environment).
-        run_kwargs: passed to ``subprocess.run`` (``capture_output``, ``timeout``, ``cwd``, ...). On a timeout
-            the ranks are stopped too: torchrun starts each rank in a session of its own, so killing torchrun
-            (what ``subprocess.run`` does) would leave them running, holding the cores and the output pipes.
+        device: "auto" (CUDA when present, else CPU), "cpu" or "cuda"; rank r uses CUDA device LOCAL_RANK.
+        timeout_s: how long a collective waits for a peer before raising (a dead rank is an error, not a hang).
+        log_jsonl: rank 0 writes one JSON object per epoch or logging step here (``--log-jsonl``); written to a
+            temporary name and renamed when the run ends, so a failed run leaves no half-written file.
+        progress: draw a progress bar (only when stderr is a terminal).
+        log_every: when no bar shows, print a line every this many epochs or steps (0: about ten lines a run).
     """
-    cmd = torchrun_command(nproc, target)
-    threads = threads_per_rank or os.environ.get("OMP_NUM_THREADS") or max(1, (os.cpu_count() or 1) // nproc)
-    full_env = {**os.environ, "OMP_NUM_THREADS": str(threads), **(env or {})}
-    log.info("starting: %s", " ".join(cmd))
-    timeout = run_kwargs.pop("timeout", None)
-    check = run_kwargs.pop("check", False)
-    if run_kwargs.pop("capture_output", False):
-        run_kwargs.update(stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    with subprocess.Popen(cmd, env=full_env, **run_kwargs) as proc:
-        try:
-            out, err = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            _stop_torchrun(proc)
-            raise
-    done = subprocess.CompletedProcess(cmd, proc.returncode, out, err)
-    if check:
-        done.check_returncode()
-    return done
+
+    device: str = "auto"
+    timeout_s: float = 120.0
+    log_jsonl: str | Path | None = None
+    progress: bool = True
+    log_every: int = 0
+
+    def __post_init__(self) -> None:
+        if self.device not in DEVICES:
+            raise ConfigError(f"device must be one of {DEVICES}, got {self.device!r}", field="device")
+        if not (self.timeout_s > 0 and math.isfinite(self.timeout_s)):
+            raise ConfigError(f"timeout_s must be a finite number > 0, got {self.timeout_s}", field="timeout_s")
+        if self.log_every < 0:
+            raise ConfigError(f"log_every must be >= 0, got {self.log_every}", field="log_every")
+        if self.log_jsonl is not None:
+            path = Path(self.log_jsonl)
+            object.__setattr__(self, "log_jsonl", path)
+            if path.is_dir():  # found now, not after training
+                raise ConfigError(f"log_jsonl {path} is a folder; expected a file name to write", field="log_jsonl")
 
 
-def _stop_torchrun(proc: subprocess.Popen, grace_s: float = 30.0) -> None:
-    """SIGTERM torchrun, which stops its ranks and exits; after ``grace_s``, SIGKILL it and every rank."""
-    ranks = _children(proc.pid)  # read before torchrun goes: its ranks are then re-parented
-    proc.terminate()
-    try:
-        proc.communicate(timeout=grace_s)
-        return
-    except subprocess.TimeoutExpired:
-        pass
-    for pid in [*ranks, proc.pid]:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:  # already gone
-            pass
-    proc.communicate()
+class Runtime:
+    """One training run's process: its layout, its metrics log and its start-up time.
+
+    Use as a context manager; a group that ``start`` created is destroyed on exit (without waiting for peers when
+    the block raised, since a peer may be gone)::
+
+        with Runtime.start(config.runtime, distributed=True) as rt:
+            ...  rt.layout.device, rt.metrics.write({...}), rt.reporter(total=..., unit="epoch")
+    """
+
+    def __init__(self, config: RuntimeConfig, layout: ParallelLayout, *, owns_group: bool, t0: float):
+        self.config = config
+        self.layout = layout
+        self.owns_group = owns_group
+        self._t0 = t0
+        self.startup_s: float | None = None
+        self.metrics = MetricsLog(config.log_jsonl if layout.is_main else None)
+
+    @classmethod
+    def start(cls, config: RuntimeConfig | None = None, *, join: bool = True, distributed: bool = False) -> "Runtime":
+        """Join torchrun's group when WORLD_SIZE > 1 (``distributed``: even with one rank; ``join=False``: never,
+        the run is this process alone, as training on a whole data set is)."""
+        config = config or RuntimeConfig()
+        t0 = time.perf_counter()
+        if not join:
+            layout = ParallelLayout(rank=0, world_size=1, local_rank=0, device=resolve_device(config.device),
+                                    backend=None, group=None)
+            return cls(config, layout, owns_group=False, t0=t0)
+        owns = not dist.is_initialized()
+        layout = init_from_env(timeout_s=config.timeout_s, device=config.device, force_distributed=distributed)
+        return cls(config, layout, owns_group=owns and layout.distributed, t0=t0)
+
+    @property
+    def threads(self) -> int:
+        """Threads this rank computes with (OMP_NUM_THREADS under torchrun: the cores divided among the ranks)."""
+        return torch.get_num_threads()
+
+    def describe(self) -> str:
+        """``"2 ranks x 1 thread, gloo on cpu"``: what a person needs to read the timings."""
+        lay = self.layout
+        ranks = f"{lay.world_size} rank{'s' if lay.world_size > 1 else ''}"
+        return (f"{ranks} x {self.threads} thread{'s' if self.threads > 1 else ''}, "
+                f"{lay.backend or 'no group'} on {lay.device.type} ({os.cpu_count()} cores here)")
+
+    def started(self) -> float:
+        """Mark the end of start-up (group, data, model, first checks); returns the start-up seconds."""
+        self.startup_s = time.perf_counter() - self._t0
+        return self.startup_s
+
+    def reporter(self, *, total: int, unit: str, desc: str) -> "Reporter":
+        every = self.config.log_every or max(1, total // 10)
+        return Reporter(total=total, unit=unit, desc=desc, every=every,
+                        enabled=self.layout.is_main, progress=self.config.progress)
+
+    def close(self, ok: bool = True) -> None:
+        self.metrics.close(keep=ok)
+        if self.owns_group:
+            shutdown(barrier=ok)
+            self.owns_group = False
+
+    def __enter__(self) -> "Runtime":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.close(ok=exc_type is None)
 
 
-def _children(pid: int) -> list[int]:
-    """Pids whose parent is ``pid`` (from /proc; empty where there is no /proc)."""
-    found = []
-    for entry in os.scandir("/proc") if os.path.isdir("/proc") else ():
-        if entry.name.isdigit():
-            try:
-                with open(f"/proc/{entry.name}/stat") as f:
-                    ppid = int(f.read().rsplit(") ", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            if ppid == pid:
-                found.append(int(entry.name))
-    return found
+@dataclass(eq=False)
+class TrainResult:
+    """What every trainer returns on every rank: the layout, the times, the final weights and the JSON records.
+
+    ``startup_s`` (group, data, model, checks) is reported apart from ``train_s`` (the epochs or steps), and
+    ``threads`` is what each rank computed with: on a machine with fewer cores than ranks x threads, K ranks
+    are slower than one, and the numbers say why.
+    """
+
+    layout: ParallelLayout
+    startup_s: float
+    train_s: float
+    threads: int
+    state_dict: dict[str, torch.Tensor]
+    records: list[dict]
+    devices: dict[str, set[str]] = field(default_factory=dict)  # what -> the device types its tensors were on
+
+    @property
+    def rank(self) -> int:
+        return self.layout.rank
+
+    @property
+    def world_size(self) -> int:
+        return self.layout.world_size
+
+    def format_summary(self, title: str, rows: list[list], *, epochs: int | None = None,
+                       steps: int | None = None) -> str:
+        """A two-column table: the model's own rows, then how it ran (ranks, threads, device, times)."""
+        from haloflow.utils.table import format_table
+
+        lay = self.layout
+        per = [["train s per epoch", self.train_s / epochs]] if epochs else []
+        per += [["train s per step", self.train_s / steps]] if steps else []
+        run = [["ranks x threads", f"{lay.world_size} x {self.threads} ({os.cpu_count()} cores here)"],
+               ["device", f"{lay.device} ({lay.backend or 'one process'})"],
+               ["start-up s", self.startup_s], ["train s", self.train_s], *per]
+        return format_table(["", "value"], [[k, v] for k, v in rows + run], float_fmt=".4f", title=title)
+
+
+def save_atomic(path: str | Path, payload: dict) -> None:
+    """``torch.save`` to a temporary name beside ``path``, then rename: never a half-written file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    torch.save(payload, tmp)
+    os.replace(tmp, path)
+
+
+def to_device(x: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """Move a host tensor to ``device``; to CUDA through pinned memory with a non-blocking copy."""
+    if x.device == device:
+        return x
+    if device.type == "cuda" and x.device.type == "cpu":
+        return x.pin_memory().to(device, non_blocking=True)
+    return x.to(device)
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for the device's queued work (before reading a clock); nothing to wait for on the CPU."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+# ------------------------------------------------------------------------------------------------ reporting
+def _json_safe(value):
+    """NaN and infinities become null (JSON has no such numbers); tuples become lists."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+class MetricsLog:
+    """JSON lines for programs: one object per call to ``write``, on rank 0 only (``path=None``: nothing).
+
+    Lines go to ``.NAME.tmp-PID`` beside the target and are renamed into place by ``close(keep=True)``.
+    """
+
+    def __init__(self, path: Path | None):
+        self.path = path
+        self.records: list[dict] = []
+        self._tmp = None
+        self._file = None
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+            self._file = open(self._tmp, "w")
+
+    def write(self, record: dict) -> None:
+        record = _json_safe(record)
+        self.records.append(record)
+        if self._file is not None:
+            self._file.write(json.dumps(record, allow_nan=False) + "\n")
+            self._file.flush()
+
+    def close(self, keep: bool = True) -> None:
+        if self._file is None:
+            return
+        self._file.close()
+        self._file = None
+        if keep:
+            os.replace(self._tmp, self.path)
+        else:
+            self._tmp.unlink(missing_ok=True)
+
+
+class Reporter:
+    """Output for people, on rank 0: a progress bar on a terminal, otherwise a line every ``every`` steps."""
+
+    def __init__(self, *, total: int, unit: str, desc: str, every: int, enabled: bool, progress: bool,
+                 stream=None):
+        self.total, self.unit, self.desc, self.every = total, unit, desc, every
+        self.enabled = enabled
+        self.stream = stream or sys.stdout
+        self.done = 0
+        self.bar = progress_bar(total=total, desc=desc, unit=unit, enabled=enabled and progress)
+
+    def update(self, values: dict[str, float]) -> None:
+        """One step or epoch done; ``values`` are shown (4 significant digits) on the bar or the line."""
+        self.done += 1
+        shown = {k: f"{v:.4g}" if isinstance(v, float) else str(v) for k, v in values.items()}
+        if self.bar.disable:
+            if self.enabled and (self.done % self.every == 0 or self.done == self.total):
+                fields = "  ".join(f"{k} {v}" for k, v in shown.items())
+                print(f"{self.desc}: {self.unit} {self.done}/{self.total}  {fields}", file=self.stream, flush=True)
+        else:
+            self.bar.set_postfix(shown, refresh=False)
+            self.bar.update(1)
+
+    def close(self) -> None:
+        self.bar.close()

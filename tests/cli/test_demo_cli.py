@@ -11,7 +11,8 @@ def test_demo_trains_the_same_model_on_one_and_two_processes(tmp_path, capsys):
     assert code == 0, out
     assert "the same model, to float32 rounding" in out
     assert (tmp_path / "demo" / "parts-2" / "meta.json").is_file()
-    assert (tmp_path / "demo" / "train-2.jsonl").read_text().count("\n") == 5
+    assert (tmp_path / "demo" / "train-2.jsonl").read_text().count("\n") == 5 + 1  # epochs, then the summary
+    assert "ranks x threads" in out and "start-up s" in out and "ms / epoch" in out
 
 
 def test_demo_rejects_a_bad_process_count(tmp_path, capsys):

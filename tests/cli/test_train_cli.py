@@ -29,17 +29,24 @@ def test_one_part_folder_trains_in_one_process(folders, tmp_path, capsys):
                "--log-jsonl", str(log), "--save", str(save), "--no-progress"])
     assert rc == 0
     lines = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [e["kind"] for e in lines] == ["epoch"] * 3 + ["summary"]
+    assert lines[-1]["world_size"] == 1 and lines[-1]["startup_s"] > 0
+    lines = lines[:-1]
     assert [e["epoch"] for e in lines] == [0, 1, 2]
     assert {"loss", "train_acc", "val_acc", "test_acc", "epoch_s", "halo_bytes", "blocked_s"} <= set(lines[0])
     saved = torch.load(save)
     assert saved["model_config"]["hidden_dim"] == 8 and saved["state_dict"]["weights.0"].shape == (8, 8)
-    assert f"test {lines[-1]['test_acc']:.4f}" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert f"{lines[-1]['test_acc']:.4f}" in out and "test accuracy" in out and "start-up s" in out
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temporary left behind
 
 
 @pytest.mark.parametrize("argv, message", [
     (["--dataset", "x.txt", "--nproc", "2"], "--nproc needs --partitions DIR"),
-    (["--partitions", "{k2}"], "has 2 parts but 1 processes run: start 2"),
+    (["--partitions", "{k2}"], "has 2 parts but 1 process run: start 2"),
+    (["--partitions", "{k2}", "--nproc", "3"], "has 2 parts but 3 processes run: start 2"),
+    (["--partitions", "{k1}", "--device", "cuda"] if not torch.cuda.is_available() else ["--nproc", "0"],
+     "--device" if not torch.cuda.is_available() else "--nproc"),
     (["--partitions", "{k1}", "--staleness", "2"], "staleness must be 0 (exact) or 1"),
     (["--partitions", "{missing}"], "does not exist"),
 ])
@@ -64,6 +71,7 @@ def test_nproc_launches_torchrun(folders, tmp_path):
         capture_output=True, text=True, timeout=180, cwd=REPO,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "(2 ranks)" in proc.stdout
+    assert "2 x 1" in proc.stdout  # ranks x threads, in the summary
     lines = [json.loads(line) for line in log.read_text().splitlines()]
-    assert len(lines) == 2 and lines[0]["halo_bytes"] > 0  # written once, by rank 0
+    assert len(lines) == 3 and lines[0]["halo_bytes"] > 0  # written once, by rank 0: 2 epochs and the summary
+    assert lines[-1]["world_size"] == 2 and lines[-1]["threads_per_rank"] >= 1

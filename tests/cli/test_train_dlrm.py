@@ -1,23 +1,26 @@
-import argparse
+"""`haloflow train dlrm`: flags into the config, user errors as one line, a summary table for people."""
+
+import json
 
 import pytest
 
-from haloflow.cli.train_dlrm import add_arguments, config_from_args, main
+from haloflow.cli import build_parser, main
+from haloflow.cli.train_dlrm import config_from_args
 
 
 def _parse(argv):
-    p = argparse.ArgumentParser()
-    add_arguments(p)
-    return p.parse_args(argv)
+    return build_parser().parse_args(["train", "dlrm", *argv])
 
 
 def test_arguments_become_the_config(tmp_path):
     args = _parse(["--data", str(tmp_path), "--plan", "p.json", "--batch-size", "64", "--bottom-mlp", "32,16",
-                   "--dp-grad", "dense", "--max-steps", "7"])
+                   "--dp-grad", "dense", "--max-steps", "7", "--device", "cpu", "--timeout", "9",
+                   "--log-jsonl", str(tmp_path / "m.jsonl")])
     c = config_from_args(args)
     assert (c.data, c.plan, c.batch_size, c.bottom_mlp, c.dp_grad, c.max_steps) == (
         tmp_path, tmp_path.__class__("p.json"), 64, (32, 16), "dense", 7)
     assert c.lr == 0.1 and c.top_mlp == (512, 256) and not c.synthetic
+    assert (c.runtime.device, c.runtime.timeout_s, c.runtime.log_jsonl) == ("cpu", 9.0, tmp_path / "m.jsonl")
 
 
 def test_bad_widths_are_a_usage_error(capsys):
@@ -26,16 +29,22 @@ def test_bad_widths_are_a_usage_error(capsys):
     assert "expected comma-separated integers like 512,256,64, got '512,x'" in capsys.readouterr().err
 
 
-def test_user_errors_are_one_line_and_exit_2(tmp_path, capsys):
-    assert main(["--synthetic", "--batch-size", "0"]) == 2
-    assert capsys.readouterr().err.strip() == "haloflow train dlrm: error: batch_size must be >= 1, got 0"
-    assert main(["--data", str(tmp_path / "missing")]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "missing" in err[0] and "metadata.json" in err[0]
+def test_user_errors_are_one_line_and_exit_2(tmp_path, cli_fails):
+    cli_fails(["train", "dlrm", "--synthetic", "--batch-size", "0"], "--batch-size must be >= 1, got 0")
+    cli_fails(["train", "dlrm", "--synthetic", "--lr", "0"], "lr must be a finite number > 0, got 0.0")
+    cli_fails(["train", "dlrm", "--data", tmp_path / "missing"], "missing", "metadata.json")
+    cli_fails(["train", "dlrm", "--synthetic", "--timeout", "-1"], "--timeout: timeout_s must be")
+    cli_fails(["train", "dlrm", "--synthetic", "--log-jsonl", tmp_path], "is a folder")
 
 
-def test_reachable_as_haloflow_train_dlrm(capsys):
-    from haloflow.cli import main as haloflow_main
-
-    assert haloflow_main(["train", "dlrm", "--synthetic", "--lr", "0"]) == 2
-    assert capsys.readouterr().err.strip() == "haloflow train: error: lr must be a finite number > 0, got 0.0"
+def test_people_get_a_table_and_programs_get_json_lines(tmp_path, capsys):
+    log = tmp_path / "m.jsonl"
+    assert main(["train", "dlrm", "--synthetic", "--synthetic-max-rows", "40", "--synthetic-train", "96",
+                 "--synthetic-val", "0", "--batch-size", "32", "--embedding-dim", "4", "--bottom-mlp", "8",
+                 "--top-mlp", "8", "--log-every", "1", "--no-progress", "--log-jsonl", str(log)]) == 0
+    out = capsys.readouterr().out
+    assert "samples / s" in out and "ranks x threads" in out and "start-up s" in out
+    assert not any(line.startswith("{") for line in out.splitlines())  # JSON goes to the file
+    records = [json.loads(x) for x in log.read_text().splitlines()]
+    assert [r["kind"] for r in records] == ["train"] * 3 + ["eval"]
+    assert records[-1]["val_auc"] is None  # no validation samples: null, not NaN (which is not JSON)

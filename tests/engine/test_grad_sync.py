@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from haloflow.engine.grad_sync import BucketedGradSync, GradSyncConfig
+from haloflow.engine.grad_sync import BucketedGradSync, GradSyncConfig, chunk_sizes, sync_bytes
 from haloflow.errors import ConfigError
 from tests.conftest import run_torchrun
 
@@ -22,6 +22,13 @@ def test_single_process_leaves_gradients_alone():
     (p * torch.tensor([1.0, 2.0, 3.0])).sum().backward()
     sync.wait()
     torch.testing.assert_close(p.grad, torch.tensor([1.0, 2.0, 3.0]))
+
+
+def test_chunks_cover_the_bucket_and_differ_by_at_most_one():
+    assert chunk_sizes(10, 3) == [4, 3, 3] and chunk_sizes(2, 4) == [1, 1, 0, 0] and chunk_sizes(6, 1) == [6]
+    # rank r sends the K-1 chunks it does not own, then its summed chunk to K-1 peers
+    assert [sync_bytes([10], 3, r, 1) for r in range(3)] == [6 + 8, 7 + 6, 7 + 6]
+    assert sync_bytes([10, 7], 1, 0) == 0
 
 
 def test_config_rejects_empty_buckets():
@@ -48,7 +55,16 @@ def test_sum_is_rank_ordered_and_identical_everywhere(tmp_path):
                 got = torch.from_numpy(res[r][f"step{step}_p{i}"])
                 assert torch.equal(got, expected), (step, i, r)
     n = sum(int(np.prod(s)) for s in SHAPES)
-    assert int(res[1]["grad_bytes"]) == 2 * n * 4 * (K - 1)  # two steps, own gradients to K-1 peers
+    sizes = [int(b) for b in res[0]["bucket_sizes"]]
+    assert sum(sizes) == n
+    sent = [int(r["grad_bytes"]) for r in res]
+    # reduce-scatter + all-gather: 2 n (K-1) floats over all ranks per step, 2 n (K-1) / K per rank (chunks of
+    # a bucket differ by at most one element), against the all-gather's n (K-1) per rank
+    assert sum(sent) == 2 * 2 * n * (K - 1) * 4  # two steps
+    for r in range(K):
+        assert sent[r] == 2 * sync_bytes(sizes, K, r)
+        assert abs(sent[r] - 2 * 2 * n * (K - 1) / K * 4) <= 2 * len(sizes) * (K - 2) * 4
+        assert sent[r] < 2 * n * (K - 1) * 4
 
 
 def test_hooks_do_not_keep_the_sync_alive():

@@ -5,7 +5,20 @@ from pathlib import Path
 
 import pytest
 
-from haloflow.engine.dist import init_from_env
+import math
+
+import torch
+
+from haloflow.engine.runtime import (
+    MetricsLog,
+    ParallelLayout,
+    Reporter,
+    Runtime,
+    RuntimeConfig,
+    expect_parts,
+    init_from_env,
+    resolve_device,
+)
 from haloflow.errors import ConfigError
 from haloflow.partition.api import PartitionConfig
 from haloflow.partition.pipeline import partition_dataset
@@ -28,8 +41,61 @@ def test_bad_environment_is_named(monkeypatch):
     with pytest.raises(ConfigError, match="WORLD_SIZE='two' is not an integer"):
         init_from_env(device="cpu")
     monkeypatch.setenv("WORLD_SIZE", "1")
-    with pytest.raises(ConfigError, match="device must be 'auto', 'cpu' or 'cuda', got 'tpu'"):
+    with pytest.raises(ConfigError, match=r"device must be one of \('auto', 'cpu', 'cuda'\), got 'tpu'"):
         init_from_env(device="tpu")
+
+
+def test_layout_is_validated_once_with_the_arithmetic_in_the_message():
+    cpu = torch.device("cpu")
+    with pytest.raises(ConfigError, match=r"rank 2 is not in \[0, 2\)"):
+        ParallelLayout(rank=2, world_size=2, local_rank=0, device=cpu, backend="gloo", group=object())
+    with pytest.raises(ConfigError, match="NCCL needs a CUDA device"):
+        ParallelLayout(rank=0, world_size=1, local_rank=0, device=cpu, backend="nccl")
+    with pytest.raises(ConfigError, match="2 ranks need a process group"):
+        ParallelLayout(rank=0, world_size=2, local_rank=0, device=cpu, backend="gloo")
+    with pytest.raises(ConfigError, match="parts has 4 parts but 2 processes run: start 4") as err:
+        expect_parts(4, 2, "parts")
+    assert err.value.field == "nproc"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is present here")
+def test_cuda_without_a_gpu_is_a_clear_error():
+    with pytest.raises(ConfigError, match="device 'cuda' was asked for, but torch sees no CUDA device"):
+        resolve_device("cuda")
+    assert resolve_device("auto") == torch.device("cpu")
+
+
+def test_metrics_are_json_lines_renamed_into_place_and_nan_is_null(tmp_path):
+    path = tmp_path / "sub" / "m.jsonl"
+    log = MetricsLog(path)
+    log.write({"loss": 0.5, "auc": math.nan, "xs": (1, math.inf)})
+    assert not path.exists() and len(list(path.parent.iterdir())) == 1  # a temporary name until the end
+    log.close()
+    assert [json.loads(x) for x in path.read_text().splitlines()] == [{"loss": 0.5, "auc": None, "xs": [1, None]}]
+    failed = MetricsLog(tmp_path / "f.jsonl")
+    failed.write({"a": 1})
+    failed.close(keep=False)  # a run that raised leaves nothing
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sub"]
+
+
+def test_reporter_prints_a_line_every_n_steps_without_a_terminal(capsys):
+    import sys
+
+    rep = Reporter(total=5, unit="epoch", desc="train", every=2, enabled=True, progress=True, stream=sys.stdout)
+    for i in range(5):
+        rep.update({"loss": 1.0 / (i + 1), "n": i})
+    rep.close()
+    lines = capsys.readouterr().out.splitlines()  # stderr is not a terminal under pytest: no bar
+    assert lines == ["train: epoch 2/5  loss 0.5  n 1", "train: epoch 4/5  loss 0.25  n 3",
+                     "train: epoch 5/5  loss 0.2  n 4"]
+
+
+def test_a_run_alone_reports_its_threads_and_start_up(monkeypatch):
+    for var in ("WORLD_SIZE", "RANK", "LOCAL_RANK"):
+        monkeypatch.delenv(var, raising=False)
+    with Runtime.start(RuntimeConfig(device="cpu")) as rt:
+        assert rt.started() >= 0 and rt.threads == torch.get_num_threads()
+        assert rt.describe().startswith(f"1 rank x {rt.threads} thread")
 
 
 @pytest.mark.slow

@@ -32,24 +32,17 @@ payload; ring algorithms move about 2(K-1)/K of it per rank).
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 from torch import Tensor
 from torch.autograd import Function
 
-from haloflow.engine.halo import wait_work
+from haloflow.engine.comm import AllToAllHandle, CommStats, Group, all_to_all, group_rank, group_size
 
 __all__ = [
-    "CommStats",
-    "Group",
-    "group_rank",
-    "group_size",
-    "AllToAllHandle",
-    "all_to_all",
     "JaggedReceived",
     "JaggedAllToAllHandle",
     "jagged_all_to_all",
@@ -58,91 +51,6 @@ __all__ = [
     "SparseGradHandle",
     "sparse_grad_all_reduce",
 ]
-
-Group = object  # a torch.distributed ProcessGroup, or None for a single process without a group
-
-
-def group_rank(group: Group | None) -> int:
-    return 0 if group is None else dist.get_rank(group)
-
-
-def group_size(group: Group | None) -> int:
-    return 1 if group is None else dist.get_world_size(group)
-
-
-@dataclass
-class CommStats:
-    """Bytes this rank sent to other ranks, by kind (``input_lengths``, ``pooled``, ``pooled_grad``, ...)."""
-
-    bytes: dict[str, int] = field(default_factory=lambda: defaultdict(int))
-    calls: dict[str, int] = field(default_factory=lambda: defaultdict(int))
-
-    def record(self, kind: str, nbytes: int) -> None:
-        self.bytes[kind] += int(nbytes)
-        self.calls[kind] += 1
-
-    def total(self) -> int:
-        return sum(self.bytes.values())
-
-    def snapshot(self) -> dict[str, int]:
-        """The non-zero byte counts, by kind (what ``predict_step_bytes`` predicts)."""
-        return {k: v for k, v in sorted(self.bytes.items()) if v}
-
-    def reset(self) -> None:
-        self.bytes.clear()
-        self.calls.clear()
-
-
-def _record(stats: CommStats | None, kind: str, send_splits: Sequence[int], elem_size: int, rank: int) -> None:
-    if stats is not None:
-        stats.record(kind, elem_size * sum(n for p, n in enumerate(send_splits) if p != rank))
-
-
-# --------------------------------------------------------------------------------------------- all-to-all
-class AllToAllHandle:
-    """A flat all-to-all in flight; ``wait()`` returns the received tensor (sources in rank order)."""
-
-    def __init__(self, work, output: Tensor, kind: str = "all_to_all"):
-        self._work = work
-        self._output = output
-        self._kind = kind
-
-    def wait(self) -> Tensor:
-        if self._work is not None:
-            # Blocks until every peer's block has arrived; a dead peer becomes a DistributedError.
-            wait_work(self._work, f"all-to-all ({self._kind})")
-            self._work = None
-        return self._output
-
-
-def all_to_all(
-    send: Tensor,
-    send_splits: Sequence[int],
-    recv_splits: Sequence[int],
-    *,
-    group: Group | None,
-    stats: CommStats | None = None,
-    kind: str = "all_to_all",
-) -> AllToAllHandle:
-    """Start an all-to-all of a 1-D tensor with per-rank element counts.
-
-    Args:
-        send: (sum send_splits,) elements, block p goes to rank p.
-        send_splits / recv_splits: K element counts; the receive counts must match what the peers send.
-
-    Shapes:
-        send (sum send_splits,) -> wait() (sum recv_splits,)
-    """
-    send_splits, recv_splits = [int(n) for n in send_splits], [int(n) for n in recv_splits]
-    if send.numel() != sum(send_splits):
-        raise ValueError(f"all_to_all: send has {send.numel()} elements but the splits add up to {sum(send_splits)}")
-    output = send.new_empty(sum(recv_splits))
-    if group is None:  # one process: the only block is our own
-        output.copy_(send)
-        return AllToAllHandle(None, output)
-    _record(stats, kind, send_splits, send.element_size(), dist.get_rank(group))
-    work = dist.all_to_all_single(output, send.contiguous(), recv_splits, send_splits, group=group, async_op=True)
-    return AllToAllHandle(work, output, kind)
 
 
 # --------------------------------------------------------------------------------------------- input dist

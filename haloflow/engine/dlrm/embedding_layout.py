@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import torch
 
 from haloflow.data.jagged import JaggedBatch
+from haloflow.engine.grad_sync import sync_bytes
 from haloflow.errors import PlanError
 from haloflow.partition.planner.types import ShardingPlan, ShardingType, TableSpec
 from haloflow.partition.planner.validate import validate_plan
@@ -139,7 +140,7 @@ def predict_step_bytes(
     batch: JaggedBatch,
     batch_sizes: Sequence[int],
     *,
-    dense_params: int = 0,
+    dense_buckets: Sequence[int] = (),
     dp_grad: str = "sparse",
     backward: bool = True,
     elem_size: int = 4,
@@ -148,8 +149,9 @@ def predict_step_bytes(
 
     Keys match ``CommStats``: ``input_lengths``, ``input_values``, ``pooled``, ``reduce_scatter`` (forward);
     ``pooled_grad``, ``reduce_scatter_grad``, ``dp_grad_*`` and ``dense_grad`` (backward, with
-    ``backward=True``). Kinds that send nothing are left out. ``dense_params`` is the number of MLP weights;
-    their gradients are all-gathered (``BucketedGradSync``), so each rank sends them to each of its K-1 peers.
+    ``backward=True``). Kinds that send nothing are left out. ``dense_buckets`` are the element counts of the MLP
+    gradient buckets (``BucketedGradSync.bucket_sizes``): reduce-scattered then all-gathered, about
+    2 P (K-1) / K floats per rank for P weights.
     """
     K, D = layout.world_size, layout.dim
     if len(batch_sizes) != K or sum(batch_sizes) != batch.batch_size:
@@ -181,7 +183,7 @@ def predict_step_bytes(
                     b["dp_grad_values"] = elem_size * D * unique * (K - 1)
                 else:
                     b["dp_grad_allreduce"] = elem_size * D * sum(layout.table_rows[t] for t in layout.dp_tables)
-            if dense_params and K > 1:
-                b["dense_grad"] = elem_size * dense_params * (K - 1)
+            if K > 1:
+                b["dense_grad"] = sync_bytes(dense_buckets, K, s, elem_size)
         out.append({k: v for k, v in sorted(b.items()) if v})
     return out

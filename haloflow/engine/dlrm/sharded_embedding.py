@@ -31,17 +31,14 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from haloflow.data.jagged import JaggedBatch
-from haloflow.engine.embedding_dist import (
-    CommStats,
-    Group,
+from haloflow.engine.comm import CommStats, Group, group_rank, group_size
+from haloflow.engine.dlrm.embedding_dist import (
     PooledExchangeHandle,
-    group_rank,
-    group_size,
     jagged_all_to_all,
     pooled_exchange,
     sparse_grad_all_reduce,
 )
-from haloflow.engine.embedding_layout import RW, EmbeddingLayout, Slot
+from haloflow.engine.dlrm.embedding_layout import RW, EmbeddingLayout, Slot
 from haloflow.errors import ConfigError, PlanError
 from haloflow.partition.planner.types import ShardingPlan
 
@@ -102,6 +99,7 @@ class ShardedEmbeddingCollection(nn.Module):
             for s in self.slots
         ])
         self._pooled_w, self._rw_w = layout.widths(rw=False), layout.widths(rw=True)
+        self.batch_sizes: Sequence[int] | None = None  # every rank's B_r for the next lookup (None: ask them)
         # Index tensors as buffers on the weights' device, so that ``.to(device)`` moves them with the weights.
         dev = weights[0].device
         self.register_buffer("_order", layout.output_order().to(dev), persistent=False)
@@ -141,7 +139,7 @@ class ShardedEmbeddingCollection(nn.Module):
         L = self.layout
         if sparse.num_features != L.num_tables:
             raise ConfigError(f"sparse batch has {sparse.num_features} features but the plan has {L.num_tables} tables")
-        sizes = self._batch_sizes(sparse.batch_size, batch_sizes)
+        sizes = self._batch_sizes(sparse.batch_size, batch_sizes if batch_sizes is not None else self.batch_sizes)
         feats = self._split_and_check(sparse)  # T x (lengths (B_r,), ids)
         handle = None
         if any(L.slots):

@@ -1,14 +1,14 @@
-"""``shard_dlrm``: turn a single-device ``DLRM`` into this rank's part of a model-parallel DLRM.
+"""``shard_dlrm``: make a single-device ``DLRM`` this rank's part of a model-parallel DLRM.
 
 Applied in a fixed order (the model itself has no distributed code)::
 
-    1. tables  -> ShardedEmbeddingCollection: this rank copies its shards' rows (and its data-parallel
-                  replicas) out of the model's tables, so every layout starts from the same weights
-    2. MLPs    -> replicas of bottom and top (data-parallel); their gradients are summed over the ranks by
-                  ``BucketedGradSync`` (buckets all-gathered while backward runs, summed in rank order, so
-                  every replica stays bit-identical), on a process group of their own
-    3. forward =  embed start (ids all-to-all, lookups, pooled exchange started)
-                  -> bottom MLP (overlaps the exchange) -> wait -> interaction -> top MLP
+    1. tables  -> ShardedEmbeddingCollection put in place of ``model.embeddings``: this rank copies its shards'
+                  rows (and its data-parallel replicas) out of the model's tables, so every layout starts from
+                  the same weights; ``DLRM.forward`` is unchanged - its ``embed_start`` now routes ids,
+                  looks up the shards and starts the pooled exchange, and the bottom MLP overlaps it
+    2. MLPs    -> replicas (data-parallel); their gradients are summed over the ranks by ``BucketedGradSync``
+                  (reduce-scatter + all-gather in fixed order, so every replica stays bit-identical), on a
+                  process group of their own
 
 One step on rank r of K, with the global batch of B samples split into contiguous slices::
 
@@ -22,7 +22,6 @@ never interleave differently with the embedding exchanges on different ranks.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Sequence
 
 import torch
@@ -30,18 +29,17 @@ import torch.distributed as dist
 from torch import Tensor, nn
 
 from haloflow.data.jagged import JaggedBatch
-from haloflow.engine import halo
-from haloflow.engine.embedding_dist import CommStats, Group
+from haloflow.engine.comm import CommStats, Group
+from haloflow.engine.dlrm.sharded_embedding import ShardedEmbeddingCollection
 from haloflow.engine.grad_sync import BucketedGradSync
-from haloflow.engine.sharded_embedding import ShardedEmbeddingCollection, ShardedPooledHandle
-from haloflow.models.dlrm import DLRM, interaction
+from haloflow.models.dlrm import DLRM
 from haloflow.partition.planner.types import ShardingPlan
 
 __all__ = ["DistributedDLRM", "shard_dlrm"]
 
 
 class DistributedDLRM(nn.Module):
-    """This rank's DLRM: sharded tables plus MLP replicas (build with ``shard_dlrm``).
+    """This rank's DLRM: the single-device model with sharded tables in place (build with ``shard_dlrm``).
 
     Shapes:
         dense (B_r, num_dense), sparse lengths (T, B_r) -> logits (B_r,)
@@ -49,33 +47,42 @@ class DistributedDLRM(nn.Module):
 
     def __init__(self, model: DLRM, embeddings: ShardedEmbeddingCollection, grad_group: Group | None):
         super().__init__()
+        model.embeddings = embeddings  # the swap: DLRM.forward now runs the sharded lookup
+        self.model = model
         self.config = model.config
-        self.embeddings = embeddings
-        self.bottom = copy.deepcopy(model.bottom)
-        self.top = copy.deepcopy(model.top)
         self.stats = embeddings.stats
-        self._grad_stats = halo.CommStats()
-        self._dense_sync = BucketedGradSync(self.dense_parameters(), grad_group, stats=self._grad_stats)
+        self._dense_sync = BucketedGradSync(model.dense_parameters(), grad_group, stats=self.stats, kind="dense_grad")
 
-    def embed_start(self, sparse: JaggedBatch, batch_sizes: Sequence[int] | None = None) -> ShardedPooledHandle:
-        return self.embeddings.start(sparse, batch_sizes)
+    @property
+    def embeddings(self) -> ShardedEmbeddingCollection:
+        return self.model.embeddings
+
+    @property
+    def bottom(self) -> nn.Module:
+        return self.model.bottom
+
+    @property
+    def top(self) -> nn.Module:
+        return self.model.top
 
     def forward(self, dense: Tensor, sparse: JaggedBatch, batch_sizes: Sequence[int] | None = None) -> Tensor:
-        handle = self.embed_start(sparse, batch_sizes)  # ids routed, shards looked up, exchange started
-        z = self.bottom(dense)  # (B_r, D), while the pooled vectors travel
-        pooled = handle.wait()  # (B_r, T, D)
-        return self.top(interaction(z, pooled)).squeeze(1)  # (B_r,)
+        """``DLRM.forward``; ``batch_sizes`` (every rank's B_r) spares the lookup a collective to learn them."""
+        self.model.embeddings.batch_sizes = batch_sizes
+        return self.model(dense, sparse)
 
     def dense_parameters(self) -> list[nn.Parameter]:
-        return [*self.bottom.parameters(), *self.top.parameters()]
+        return self.model.dense_parameters()
+
+    @property
+    def dense_buckets(self) -> list[int]:
+        """Element counts of the MLP gradient buckets (what ``predict_step_bytes`` needs)."""
+        return self._dense_sync.bucket_sizes if self._dense_sync.group is not None else [
+            sum(p.numel() for p in self.dense_parameters())]
 
     def finish_grad_sync(self) -> None:
-        """After backward: wait for the MLP all-reduces and sum the data-parallel tables' gradients."""
+        """After backward: sum the data-parallel tables' gradients and wait for the MLP gradient sync."""
         self.embeddings.sync_grads()
         self._dense_sync.wait()
-        if self._grad_stats.grad_bytes:
-            self.stats.record("dense_grad", self._grad_stats.grad_bytes)  # sent to the K-1 peers
-            self._grad_stats.reset()
 
     def to_dlrm(self) -> DLRM:
         """The whole model on every rank (a collective): for checks against the single-process run and saving."""
@@ -92,8 +99,9 @@ def shard_dlrm(model: DLRM, plan: ShardingPlan, group: Group | None, *, dp_grad:
                stats: CommStats | None = None) -> DistributedDLRM:
     """Shard ``model`` by ``plan`` over ``group`` (None: one process; the plan's world size must then be 1).
 
-    Every rank must hold an identical ``model`` (same config and seed) and call this together: it creates
-    the MLP gradient group (a collective) when ``group`` is not None.
+    ``model.embeddings`` is replaced by this rank's shards (the model object is reused, not copied). Every rank
+    must hold an identical ``model`` (same config and seed) and call this together: it creates the MLP gradient
+    group (a collective) when ``group`` is not None.
 
     Raises:
         PlanError: the plan does not fit the model's tables or the group's size.

@@ -7,15 +7,16 @@
       backward -> finish_grad_sync (MLP gradients, data-parallel tables) -> SGD step (sparse on the shards)
     evaluation on the validation split: logloss = sum of BCE / N; AUC exactly by rank-sum over all N
       scores, gathered from every rank
-    rank 0: a tqdm bar while training and one JSON record per log interval / evaluation
+    rank 0: a progress bar (or a line every N steps), one JSON line per log interval and evaluation
+      (``--log-jsonl``), a summary table at the end
 
-Defaults follow the Criteo Kaggle DLRM (FACTS.md): SGD lr 0.1, batch 128, D = 16, bottom 512-256-64,
+The shared ``Runtime`` owns the process group, the device (batches reach CUDA through pinned memory) and the
+output. Defaults follow the Criteo Kaggle DLRM (FACTS.md): SGD lr 0.1, batch 128, D = 16, bottom 512-256-64,
 top 512-256.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import time
@@ -27,16 +28,15 @@ import torch
 import torch.distributed as dist
 
 from haloflow.data.clicks import CHUNK
-from haloflow.data.jagged import ClickBatch, split_sizes
-from haloflow.engine.dist import DistContext, init_from_env, shutdown
-from haloflow.engine.sharding import shard_dlrm
+from haloflow.data.jagged import ClickBatch, JaggedBatch, split_sizes
+from haloflow.engine.dlrm.sharding import shard_dlrm
+from haloflow.engine.runtime import ParallelLayout, Runtime, RuntimeConfig, TrainResult, to_device
 from haloflow.errors import ConfigError
 from haloflow.models.dlrm import DLRM, DLRMConfig, dlrm_loss
-from haloflow.partition.planner.types import Shard, ShardingPlan, ShardingType, TablePlan
-from haloflow.utils.atomic import atomic_write_text
-from haloflow.utils.progress import progress_bar
+from haloflow.partition.planner.plan_io import load_plan
+from haloflow.partition.planner.planner import table_wise_plan
 
-__all__ = ["DLRMTrainConfig", "DLRMTrainResult", "train_dlrm", "auc_rank_sum", "table_wise_plan"]
+__all__ = ["DLRMTrainConfig", "DLRMTrainResult", "train_dlrm", "auc_rank_sum"]
 
 log = logging.getLogger(__name__)
 
@@ -56,13 +56,11 @@ class DLRMTrainConfig:
         batch_size: global batch B, split over the ranks.
         lr: SGD learning rate (MLPs and tables alike).
         epochs / max_steps: stop after ``epochs`` passes or ``max_steps`` steps, whichever comes first.
-        log_every: steps between JSON training records.
+        log_every: steps between JSON training records (and printed lines when no progress bar shows).
         max_eval_batches: cap on validation batches (None: the whole split).
         embedding_dim, bottom_mlp, top_mlp, seed: the model (``DLRMConfig``).
         dp_grad: "sparse" or "dense" sum of data-parallel tables' gradients.
-        metrics_path: rank 0 writes every JSON record here (one per line) at the end, atomically.
-        progress: show the tqdm bar on rank 0 (only when stderr is a terminal).
-        timeout_s: how long a collective may wait for a peer.
+        runtime: device, timeout and output (``RuntimeConfig``; ``log_jsonl`` gets every JSON record).
     """
 
     data: Path | None = None
@@ -83,51 +81,54 @@ class DLRMTrainConfig:
     top_mlp: tuple[int, ...] = (512, 256)
     seed: int = 0
     dp_grad: str = "sparse"
-    metrics_path: Path | None = None
-    progress: bool = True
-    timeout_s: float = 300.0
+    runtime: RuntimeConfig = field(default_factory=lambda: RuntimeConfig(timeout_s=300.0))
 
     def __post_init__(self) -> None:
         if (self.data is None) == (not self.synthetic):
-            raise ConfigError("give exactly one of data (a preprocessed folder) and synthetic=True")
+            raise ConfigError("give exactly one of data (a preprocessed folder) and synthetic=True", field="data")
         for name in ("batch_size", "epochs", "log_every", "synthetic_train"):
             if getattr(self, name) < 1:
-                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}", field=name)
         if self.synthetic_val < 0:
-            raise ConfigError(f"synthetic_val must be >= 0, got {self.synthetic_val}")
+            raise ConfigError(f"synthetic_val must be >= 0, got {self.synthetic_val}", field="synthetic_val")
         if self.max_steps is not None and self.max_steps < 1:
-            raise ConfigError(f"max_steps must be >= 1 or None, got {self.max_steps}")
+            raise ConfigError(f"max_steps must be >= 1 or None, got {self.max_steps}", field="max_steps")
         if self.max_eval_batches is not None and self.max_eval_batches < 0:
-            raise ConfigError(f"max_eval_batches must be >= 0 or None, got {self.max_eval_batches}")
+            raise ConfigError(f"max_eval_batches must be >= 0 or None, got {self.max_eval_batches}",
+                              field="max_eval_batches")
         if not (self.lr > 0 and math.isfinite(self.lr)):
-            raise ConfigError(f"lr must be a finite number > 0, got {self.lr}")
+            raise ConfigError(f"lr must be a finite number > 0, got {self.lr}", field="lr")
         if self.dp_grad not in ("sparse", "dense"):
-            raise ConfigError(f"dp_grad must be 'sparse' or 'dense', got {self.dp_grad!r}")
-        for name in ("data", "plan", "metrics_path"):
+            raise ConfigError(f"dp_grad must be 'sparse' or 'dense', got {self.dp_grad!r}", field="dp_grad")
+        for name in ("data", "plan"):
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, Path(getattr(self, name)))
-        if self.metrics_path is not None and self.metrics_path.is_dir():  # found now, not after training
-            raise ConfigError(f"metrics_path {self.metrics_path} is a folder; expected a file name to write")
         object.__setattr__(self, "bottom_mlp", tuple(self.bottom_mlp))
         object.__setattr__(self, "top_mlp", tuple(self.top_mlp))
 
 
-@dataclass
-class DLRMTrainResult:
+@dataclass(eq=False)
+class DLRMTrainResult(TrainResult):
     """What a run measured (identical on every rank)."""
 
     steps: int = 0
     samples: int = 0
-    train_seconds: float = 0.0
     losses: list[float] = field(default_factory=list)  # global mean loss of every step
     val_logloss: float | None = None
     val_auc: float | None = None
     comm_bytes_per_step: float = 0.0  # this rank's average, all collectives
-    records: list[dict] = field(default_factory=list)
 
     @property
     def samples_per_s(self) -> float:
-        return self.samples / self.train_seconds if self.train_seconds > 0 else 0.0
+        return self.samples / self.train_s if self.train_s > 0 else 0.0
+
+    def summary(self) -> str:
+        window = self.losses[-100:]
+        rows = [["steps", self.steps], ["samples / s", self.samples_per_s],
+                ["train loss (last 100 steps)", sum(window) / max(len(window), 1)],
+                ["val logloss", self.val_logloss], ["val AUC", self.val_auc],
+                ["bytes sent / step / rank", int(self.comm_bytes_per_step)]]
+        return self.format_summary(f"DLRM, {self.steps} steps", rows, steps=self.steps)
 
 
 def auc_rank_sum(scores: torch.Tensor, labels: torch.Tensor) -> float:
@@ -149,19 +150,6 @@ def auc_rank_sum(scores: torch.Tensor, labels: torch.Tensor) -> float:
     ranks = torch.empty(n, dtype=torch.float64)
     ranks[order] = avg_rank[inverse]
     return float((ranks[pos].sum() - P * (P + 1) / 2) / (P * N))
-
-
-def table_wise_plan(table_sizes: tuple[int, ...], dim: int, world_size: int) -> ShardingPlan:
-    """Whole tables on ranks, largest first to the rank with the fewest rows (the default without a plan)."""
-    load = [0] * world_size
-    owner = {}
-    for t in sorted(range(len(table_sizes)), key=lambda t: -table_sizes[t]):
-        r = min(range(world_size), key=lambda r: (load[r], r))
-        owner[t] = r
-        load[r] += table_sizes[t]
-    tables = tuple(TablePlan(f"t{t}", t, ShardingType.TABLE_WISE, (Shard(owner[t], 0, n, 0, dim),))
-                   for t, n in enumerate(table_sizes))
-    return ShardingPlan(world_size, tables)
 
 
 # ------------------------------------------------------------------------------------------------ data
@@ -206,142 +194,150 @@ class _Data:
 
 
 # ------------------------------------------------------------------------------------------------ loop
-def _build_model(config: DLRMTrainConfig, data: _Data, ctx: DistContext):
+def _state(net, layout: ParallelLayout) -> dict:
+    """The single-device model's weights (on the CPU); empty when sharded (``DistributedDLRM.to_dlrm`` gathers
+    them, a collective that materialises every table on every rank)."""
+    if layout.distributed:
+        return {}
+    return {k: v.detach().cpu().clone() for k, v in net.state_dict().items()}
+
+
+def _build_model(config: DLRMTrainConfig, data: _Data, layout: ParallelLayout):
     model = DLRM(DLRMConfig(table_sizes=data.table_sizes, num_dense=data.num_dense,
                             embedding_dim=config.embedding_dim, bottom_mlp=config.bottom_mlp,
-                            top_mlp=config.top_mlp, seed=config.seed))
+                            top_mlp=config.top_mlp, seed=config.seed)).to(layout.device)
     if config.plan is not None:
-        plan = ShardingPlan.load(config.plan)
-    elif ctx.world_size > 1:
-        plan = table_wise_plan(data.table_sizes, config.embedding_dim, ctx.world_size)
+        plan = load_plan(config.plan)
+        layout.expect_parts(plan.world_size, f"plan {config.plan}")
+    elif layout.world_size > 1:
+        plan = table_wise_plan(data.table_sizes, config.embedding_dim, layout.world_size)
     else:
         return model, None  # the single-device model itself
-    return model, shard_dlrm(model, plan, ctx.group, dp_grad=config.dp_grad)
+    return model, shard_dlrm(model, plan, layout.group, dp_grad=config.dp_grad)
 
 
-def _local(batch: ClickBatch, ctx: DistContext) -> tuple[ClickBatch, list[int]]:
-    sizes = split_sizes(batch.batch_size, ctx.world_size)
-    return batch.split_batch(sizes)[ctx.rank], sizes
+def _local(batch: ClickBatch, layout: ParallelLayout) -> tuple[ClickBatch, list[int]]:
+    """This rank's slice of the global batch, on its device (through pinned memory on CUDA)."""
+    sizes = split_sizes(batch.batch_size, layout.world_size)
+    mine = batch.split_batch(sizes)[layout.rank]
+    dev = layout.device
+    if dev.type != "cpu":
+        mine = ClickBatch(to_device(mine.dense, dev), JaggedBatch(to_device(mine.sparse.lengths, dev),
+                                                                  to_device(mine.sparse.values, dev)),
+                          to_device(mine.labels, dev))
+    return mine, sizes
 
 
-def _all_sum(x: torch.Tensor, ctx: DistContext) -> torch.Tensor:
-    if ctx.group is not None:
-        dist.all_reduce(x, group=ctx.group)  # waits for every rank
+def _all_sum(x: torch.Tensor, layout: ParallelLayout) -> torch.Tensor:
+    if layout.group is not None:
+        dist.all_reduce(x, group=layout.group)  # waits for every rank
     return x
 
 
-def _gather(x: torch.Tensor, ctx: DistContext) -> torch.Tensor:
+def _gather(x: torch.Tensor, layout: ParallelLayout) -> torch.Tensor:
     """Concatenate every rank's 1-D tensor in rank order (uneven sizes: pad to the longest)."""
-    if ctx.group is None:
+    if layout.group is None:
         return x
-    n = torch.tensor([x.numel()])
-    sizes = [torch.zeros(1, dtype=torch.int64) for _ in range(ctx.world_size)]
-    dist.all_gather(sizes, n, group=ctx.group)
+    n = torch.tensor([x.numel()], device=x.device)
+    sizes = [torch.zeros(1, dtype=torch.int64, device=x.device) for _ in range(layout.world_size)]
+    dist.all_gather(sizes, n, group=layout.group)
     longest = int(max(sizes))
-    padded = torch.zeros(longest, dtype=x.dtype)
+    padded = torch.zeros(longest, dtype=x.dtype, device=x.device)
     padded[: x.numel()] = x
-    out = [torch.empty_like(padded) for _ in range(ctx.world_size)]
-    dist.all_gather(out, padded, group=ctx.group)
+    out = [torch.empty_like(padded) for _ in range(layout.world_size)]
+    dist.all_gather(out, padded, group=layout.group)
     return torch.cat([o[: int(s)] for o, s in zip(out, sizes)])
 
 
 @torch.no_grad()
-def _evaluate(model, dist_model, data: _Data, ctx: DistContext, config: DLRMTrainConfig) -> tuple[float, float]:
-    scores, labels, loss_sum, count = [], [], torch.zeros(1, dtype=torch.float64), 0
+def _evaluate(net, data: _Data, layout: ParallelLayout, config: DLRMTrainConfig) -> tuple[float, float]:
+    scores, labels, count = [], [], 0
+    loss_sum = torch.zeros(1, dtype=torch.float64, device=layout.device)
     for i, batch in enumerate(data.batches("val")):
         if config.max_eval_batches is not None and i >= config.max_eval_batches:
             break
-        mine, sizes = _local(batch, ctx)
-        if dist_model is None:
-            logits = model(mine.dense, mine.sparse)
-        else:
-            logits = dist_model(mine.dense, mine.sparse, sizes)  # (B_r,)
+        mine, sizes = _local(batch, layout)
+        logits = net(mine.dense, mine.sparse, sizes) if layout.distributed else net(mine.dense, mine.sparse)
         loss_sum += dlrm_loss(logits, mine.labels, global_batch_size=1).double()  # the sum over the slice
         count += batch.batch_size
         scores.append(logits)
         labels.append(mine.labels)
     if count == 0:
         return float("nan"), float("nan")
-    loss_sum = _all_sum(loss_sum, ctx)
-    all_scores = _gather(torch.cat(scores), ctx)
-    all_labels = _gather(torch.cat(labels), ctx)
+    loss_sum = _all_sum(loss_sum, layout)
+    all_scores = _gather(torch.cat(scores), layout).cpu()
+    all_labels = _gather(torch.cat(labels), layout).cpu()
     return float(loss_sum) / count, auc_rank_sum(all_scores, all_labels)
 
 
-def train_dlrm(config: DLRMTrainConfig, ctx: DistContext | None = None,
-               on_record: Callable[[dict], None] | None = None) -> DLRMTrainResult:
+def train_dlrm(config: DLRMTrainConfig, *, on_record: Callable[[dict], None] | None = None) -> DLRMTrainResult:
     """Train and evaluate; every rank returns the same ``DLRMTrainResult``.
 
-    Args:
-        config: the run.
-        ctx: the process group (default: ``init_from_env``, one process without torchrun).
-        on_record: called on rank 0 with every JSON record as it is made (the CLI prints them).
+    Under torchrun every rank joins the group and holds its shards of the plan; alone, it trains the
+    single-device model. ``on_record`` is called on rank 0 with every JSON record as it is made.
     """
-    owns_group = ctx is None and not dist.is_initialized()
-    ctx = ctx or init_from_env(timeout_s=config.timeout_s, device="cpu")
-    try:
-        result = _train(config, ctx, on_record)
-    except BaseException:
-        if owns_group:
-            shutdown(barrier=False)  # a peer may be gone: do not wait for it again
-        raise
-    if owns_group:
-        shutdown()
-    return result
+    with Runtime.start(config.runtime) as rt:
+        return _train(config, rt, on_record)
 
 
-def _train(config: DLRMTrainConfig, ctx: DistContext, on_record) -> DLRMTrainResult:
+def _train(config: DLRMTrainConfig, rt: Runtime, on_record) -> DLRMTrainResult:
+    lay = rt.layout
     data = _Data(config)
-    model, dist_model = _build_model(config, data, ctx)
+    model, dist_model = _build_model(config, data, lay)
     net = dist_model if dist_model is not None else model
     opt = torch.optim.SGD(net.parameters(), lr=config.lr)
-    result = DLRMTrainResult()
+    stats = dist_model.stats if dist_model is not None else None
 
     def emit(record: dict) -> None:
-        result.records.append(record)
-        if ctx.is_main and on_record is not None:
-            on_record(record)
+        rt.metrics.write(record)
+        if lay.is_main and on_record is not None:
+            on_record(rt.metrics.records[-1])
 
     total = data.num_batches("train") * config.epochs
     if config.max_steps is not None:
         total = min(total, config.max_steps)
-    bar = progress_bar(total=total, desc="train dlrm", unit="step", enabled=config.progress and ctx.is_main)
-    comm = 0
+    rt.started()
+    reporter = rt.reporter(total=total, unit="step", desc=f"train dlrm (K={lay.world_size})")
+    steps, samples, comm, losses = 0, 0, 0, []
+    devices = {"model": {p.device.type for p in net.parameters()}, "batches": set()}
     t0 = time.perf_counter()
-    while result.steps < total:
-        for batch in data.batches("train"):
-            if result.steps >= total:
-                break
-            mine, sizes = _local(batch, ctx)
-            opt.zero_grad(set_to_none=True)
-            if dist_model is None:
-                logits = model(mine.dense, mine.sparse)
-            else:
-                dist_model.stats.reset()
-                logits = dist_model(mine.dense, mine.sparse, sizes)
-            loss = dlrm_loss(logits, mine.labels, global_batch_size=batch.batch_size)
-            loss.backward()
-            if dist_model is not None:
-                dist_model.finish_grad_sync()
-                comm += dist_model.stats.total()
-            opt.step()
-            step_loss = float(_all_sum(loss.detach().clone(), ctx))  # the global mean (a sync, for the log)
-            result.losses.append(step_loss)
-            result.steps += 1
-            result.samples += batch.batch_size
-            bar.update(1)
-            bar.set_postfix(loss=f"{step_loss:.4f}", refresh=False)
-            if result.steps % config.log_every == 0 or result.steps == total:
-                window = result.losses[-config.log_every:]
-                emit({"kind": "train", "step": result.steps, "loss": sum(window) / len(window),
-                      "samples_per_s": result.samples / (time.perf_counter() - t0)})
-    result.train_seconds = time.perf_counter() - t0
-    bar.close()
-    result.comm_bytes_per_step = comm / max(result.steps, 1)
-    result.val_logloss, result.val_auc = _evaluate(model, dist_model, data, ctx, config)
-    emit({"kind": "eval", "step": result.steps, "val_logloss": result.val_logloss, "val_auc": result.val_auc,
-          "samples_per_s": result.samples_per_s, "world_size": ctx.world_size,
-          "comm_bytes_per_step": result.comm_bytes_per_step})
-    if ctx.is_main and config.metrics_path is not None:
-        atomic_write_text(config.metrics_path, "".join(json.dumps(r) + "\n" for r in result.records))
+    try:
+        while steps < total:
+            for batch in data.batches("train"):
+                if steps >= total:
+                    break
+                mine, sizes = _local(batch, lay)
+                devices["batches"] |= {t.device.type for t in (mine.dense, mine.sparse.values, mine.labels)}
+                opt.zero_grad(set_to_none=True)
+                if stats is not None:
+                    stats.reset()
+                    logits = dist_model(mine.dense, mine.sparse, sizes)
+                else:
+                    logits = model(mine.dense, mine.sparse)
+                loss = dlrm_loss(logits, mine.labels, global_batch_size=batch.batch_size)
+                loss.backward()
+                if dist_model is not None:
+                    dist_model.finish_grad_sync()
+                    comm += stats.total()
+                opt.step()
+                step_loss = float(_all_sum(loss.detach().clone(), lay))  # the global mean (a sync, for the log)
+                losses.append(step_loss)
+                steps += 1
+                samples += batch.batch_size
+                if steps % config.log_every == 0 or steps == total:
+                    window = losses[-config.log_every:]
+                    emit({"kind": "train", "step": steps, "loss": sum(window) / len(window),
+                          "samples_per_s": samples / (time.perf_counter() - t0)})
+                reporter.update({"loss": step_loss})
+    finally:
+        reporter.close()
+    train_s = time.perf_counter() - t0
+    val_logloss, val_auc = _evaluate(net, data, lay, config)
+    result = DLRMTrainResult(layout=lay, startup_s=rt.startup_s, train_s=train_s, threads=rt.threads,
+                             state_dict=_state(net, lay), records=rt.metrics.records, steps=steps, samples=samples,
+                             losses=losses, val_logloss=val_logloss, val_auc=val_auc,
+                             comm_bytes_per_step=comm / max(steps, 1), devices=devices)
+    emit({"kind": "eval", "step": steps, "val_logloss": val_logloss, "val_auc": val_auc,
+          "samples_per_s": result.samples_per_s, "world_size": lay.world_size, "threads_per_rank": rt.threads,
+          "startup_s": rt.startup_s, "comm_bytes_per_step": result.comm_bytes_per_step})
     return result

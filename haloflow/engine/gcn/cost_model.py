@@ -131,6 +131,7 @@ def predict_epoch(loads: list[PartLoad], model: GCNConfig, rates: Rates, *, over
     costs = [_rank_cost(load, model, rates, overlap) for load in loads]
     params = sum(d_in * d_out + d_out for d_in, d_out in zip(model.dims[:-1], model.dims[1:]))
     k = len(loads)
-    sync = (rates.latency_s + params * _FLOAT_BYTES * (k - 1) * rates.byte_s) if k > 1 else 0.0
+    # reduce-scatter + all-gather: 2 P (K-1) / K floats per rank, two latencies
+    sync = (2 * rates.latency_s + 2 * params * (k - 1) / k * _FLOAT_BYTES * rates.byte_s) if k > 1 else 0.0
     worst = max(costs, key=lambda c: c.total_s)
     return worst + EpochCost(comm_s=sync, exposed_s=sync)

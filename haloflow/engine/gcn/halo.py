@@ -30,71 +30,18 @@ rows for one epoch; the owner and the receiver draw the same subset from a count
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 import torch.distributed as dist
 
+from haloflow.engine.comm import CommStats, wait_work
 from haloflow.errors import ConfigError, DistributedError
 
-__all__ = ["CommStats", "HaloExchange", "HaloHandle", "HaloSelection", "wait_work"]
+__all__ = ["HaloExchange", "HaloHandle", "HaloSelection"]
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class CommStats:
-    """Counters of one rank's communication, reset by the trainer each epoch.
-
-    ``bytes_sent`` counts payload this rank sends to other ranks (halo rows forward, halo gradients backward,
-    weight gradients); ``blocked_s`` is wall time spent waiting inside ``wait()`` for a collective to finish.
-    """
-
-    halo_bytes: int = 0
-    halo_blocked_s: float = 0.0
-    halo_exchanges: int = 0
-    grad_bytes: int = 0
-    grad_blocked_s: float = 0.0
-
-    def reset(self) -> None:
-        self.halo_bytes = self.grad_bytes = self.halo_exchanges = 0
-        self.halo_blocked_s = self.grad_blocked_s = 0.0
-
-    @property
-    def bytes_sent(self) -> int:
-        return self.halo_bytes + self.grad_bytes
-
-    @property
-    def blocked_s(self) -> float:
-        return self.halo_blocked_s + self.grad_blocked_s
-
-
-def wait_work(work, what: str, stats: CommStats | None = None, *, grad: bool = False) -> None:
-    """Wait for an async collective, turning a dead or silent peer into a ``DistributedError``.
-
-    A peer that crashed closes its sockets (gloo raises at once); one that hangs makes gloo raise after the
-    process group's timeout. Either way the caller gets one clear error instead of a hang.
-    """
-    if work is None:
-        return
-    t0 = time.perf_counter()
-    try:
-        work.wait()  # blocks this thread until the collective has finished
-    except RuntimeError as err:
-        rank = dist.get_rank() if dist.is_initialized() else 0
-        raise DistributedError(
-            f"rank {rank}: {what} failed - a peer process died or did not answer within the process group "
-            f"timeout ({str(err).splitlines()[0][:300]})"
-        ) from err
-    finally:
-        if stats is not None:
-            dt = time.perf_counter() - t0
-            if grad:
-                stats.grad_blocked_s += dt
-            else:
-                stats.halo_blocked_s += dt
 
 
 # ------------------------------------------------------------------------------------------------ sampling
@@ -195,8 +142,10 @@ class _Op:
 
     exchange: "HaloExchange"
     selection: HaloSelection | None
+    wait_first: bool = False  # the control schedule: backward waits for the reverse exchange as soon as it starts
     fwd: _Inflight | None = None
     bwd: _Inflight | None = None
+    grad_x: torch.Tensor | None = None  # the control's finished backward exchange
 
 
 class HaloExchange:
@@ -206,8 +155,12 @@ class HaloExchange:
         send_ids: int64 (sum send,) local inner ids to send, grouped by destination rank.
         send_counts / recv_counts: K ints, rows sent to / received from each rank (own entry 0).
         n_inner: rows of ``x``; group: the process group; name: used in error messages.
-        stats: counters to add bytes and blocked time to.
+        stats: counters to add bytes and blocked time to (kinds "halo" forward and "halo_grad" backward).
         num_slots: receive buffers per direction (2 for stale halos, where one is read while the next fills).
+
+    Buffers live on the device of the features they carry; the send ids follow them there once.
+    ``trace``, when a list, records "launch:fwd", "wait:fwd", "launch:bwd", "wait:bwd" in the order they happen
+    (the test of the overlap schedule reads it).
     """
 
     def __init__(
@@ -238,7 +191,9 @@ class HaloExchange:
         self.name = name
         self.stats = stats
         self.num_slots = num_slots
+        self.trace: list[str] | None = None
         self._buffers: dict[tuple, torch.Tensor] = {}
+        self._ids_by_device = {self.send_ids.device: self.send_ids}
 
     @classmethod
     def from_part(cls, part, group=None, **kwargs) -> "HaloExchange":
@@ -253,11 +208,16 @@ class HaloExchange:
         )
 
     # -------------------------------------------------------------------------------------- public API
-    def start(self, x: torch.Tensor, selection: HaloSelection | None = None) -> "HaloHandle":
-        """Launch the exchange of ``x`` (n_inner, F); differentiable in ``x`` through ``handle.wait()``."""
+    def start(self, x: torch.Tensor, selection: HaloSelection | None = None, *,
+              wait_first: bool = False) -> "HaloHandle":
+        """Launch the exchange of ``x`` (n_inner, F); differentiable in ``x`` through ``handle.wait()``.
+
+        ``wait_first`` makes backward wait for the reverse exchange right after launching it (the control
+        schedule of the overlap benchmark; the caller makes forward wait before its own work).
+        """
         if x.dim() != 2 or x.shape[0] != self.n_inner:
             raise ConfigError(f"{self.name}: expected x of shape ({self.n_inner}, F), got {tuple(x.shape)}")
-        op = _Op(self, selection)
+        op = _Op(self, selection, wait_first)
         token = _StartFn.apply(x, op)  # (0,) links the start node to the wait node in the autograd graph
         return HaloHandle(op, token)
 
@@ -267,68 +227,89 @@ class HaloExchange:
         return self.finish_features(inflight).clone()
 
     # -------------------------------------------------------------------------------------- primitives
-    def buffer(self, kind: str, rows: int, width: int, dtype: torch.dtype, slot: int = 0) -> torch.Tensor:
-        """A persistent (rows, width) buffer, allocated on first use and reused every epoch."""
-        key = (kind, slot, width, dtype)
+    def buffer(self, kind: str, rows: int, width: int, dtype: torch.dtype, slot: int = 0,
+               device: torch.device | None = None) -> torch.Tensor:
+        """A persistent (rows, width) buffer on ``device``, allocated on first use and reused every epoch."""
+        device = torch.device(device) if device is not None else self.send_ids.device
+        key = (kind, slot, width, dtype, device)
         buf = self._buffers.get(key)
         if buf is None or buf.shape[0] < rows:
-            buf = torch.empty(rows, width, dtype=dtype, device=self.send_ids.device)
+            buf = torch.empty(rows, width, dtype=dtype, device=device)
             self._buffers[key] = buf
         return buf[:rows]
 
+    def ids_on(self, device: torch.device) -> torch.Tensor:
+        """The send ids on ``device`` (copied there once)."""
+        ids = self._ids_by_device.get(device)
+        if ids is None:
+            ids = self._ids_by_device[device] = self.send_ids.to(device)
+        return ids
+
+    def _event(self, name: str) -> None:
+        if self.trace is not None:
+            self.trace.append(name)
+
     def launch_features(self, x: torch.Tensor, slot: int = 0, selection: HaloSelection | None = None) -> _Inflight:
         """Gather ``x[send_ids]`` and launch the forward all-to-all into receive buffer ``slot``."""
-        ids = self.send_ids if selection is None else self.send_ids[selection.send_rows]
+        ids = self.ids_on(x.device)
+        if selection is not None:
+            ids = ids[selection.send_rows.to(x.device)]
         send_counts = self.send_counts if selection is None else selection.send_counts
         recv_counts = self.recv_counts if selection is None else selection.recv_counts
         f = x.shape[1]
-        send = self.buffer("send", ids.numel(), f, x.dtype)
+        send = self.buffer("send", ids.numel(), f, x.dtype, device=x.device)
         torch.index_select(x, 0, ids, out=send)  # (sum send, F)
-        out = self.buffer("recv", sum(recv_counts), f, x.dtype, slot)  # (n_halo or kept, F)
-        work = self._all_to_all(out, send, recv_counts, send_counts)
+        out = self.buffer("recv", sum(recv_counts), f, x.dtype, slot, device=x.device)  # (n_halo or kept, F)
+        work = self._all_to_all(out, send, recv_counts, send_counts, "halo")
+        self._event("launch:fwd")
         return _Inflight(work, out, selection)
 
     def finish_features(self, inflight: _Inflight) -> torch.Tensor:
         """Wait for a forward exchange; the halo rows (n_halo, F), dropped rows zero and kept rows scaled."""
-        wait_work(inflight.work, f"{self.name} (forward)", self.stats)
+        wait_work(inflight.work, f"{self.name} (forward)", self.stats, "halo")
         inflight.work = None  # drop the handle: a finished Work must not outlive the process group
+        self._event("wait:fwd")
         sel = inflight.selection
         if sel is None:
             return inflight.out
-        full = self.buffer("full", self.n_halo, inflight.out.shape[1], inflight.out.dtype, 0)
+        out = inflight.out
+        full = self.buffer("full", self.n_halo, out.shape[1], out.dtype, 0, device=out.device)
         full.zero_()
-        full.index_copy_(0, sel.recv_rows, inflight.out)
+        full.index_copy_(0, sel.recv_rows.to(out.device), out)
         return full.mul_(sel.scale)  # (n_halo, F)
 
     def launch_grads(self, grad_halo: torch.Tensor, slot: int = 0, selection: HaloSelection | None = None) -> _Inflight:
         """Send the halo gradients (n_halo, F) back to their owners (the reverse all-to-all)."""
-        f = grad_halo.shape[1]
+        f, dev = grad_halo.shape[1], grad_halo.device
         if selection is None:
-            send = self.buffer("gsend", self.n_halo, f, grad_halo.dtype)
+            send = self.buffer("gsend", self.n_halo, f, grad_halo.dtype, device=dev)
             send.copy_(grad_halo)
             send_counts, recv_counts = self.recv_counts, self.send_counts
         else:
-            send = self.buffer("gsend", selection.recv_rows.numel(), f, grad_halo.dtype)
-            torch.index_select(grad_halo, 0, selection.recv_rows, out=send)
+            send = self.buffer("gsend", selection.recv_rows.numel(), f, grad_halo.dtype, device=dev)
+            torch.index_select(grad_halo, 0, selection.recv_rows.to(dev), out=send)
             send.mul_(selection.scale)
             send_counts, recv_counts = selection.recv_counts, selection.send_counts
-        out = self.buffer("grecv", sum(recv_counts), f, grad_halo.dtype, slot)
-        work = self._all_to_all(out, send, recv_counts, send_counts)
+        out = self.buffer("grecv", sum(recv_counts), f, grad_halo.dtype, slot, device=dev)
+        work = self._all_to_all(out, send, recv_counts, send_counts, "halo_grad")
+        self._event("launch:bwd")
         return _Inflight(work, out, selection)
 
     def finish_grads(self, inflight: _Inflight) -> torch.Tensor:
         """Wait for a backward exchange; the owners' share of the gradient, (n_inner, F)."""
-        wait_work(inflight.work, f"{self.name} (backward)", self.stats)
+        wait_work(inflight.work, f"{self.name} (backward)", self.stats, "halo_grad")
         inflight.work = None
+        self._event("wait:bwd")
         sel = inflight.selection
-        ids = self.send_ids if sel is None else self.send_ids[sel.send_rows]
-        grad = torch.zeros(self.n_inner, inflight.out.shape[1], dtype=inflight.out.dtype, device=ids.device)
+        dev = inflight.out.device
+        ids = self.ids_on(dev) if sel is None else self.ids_on(dev)[sel.send_rows.to(dev)]
+        grad = torch.zeros(self.n_inner, inflight.out.shape[1], dtype=inflight.out.dtype, device=dev)
         return grad.index_add_(0, ids, inflight.out)  # sequential on CPU: a node sent to several ranks sums in rank order
 
-    def _all_to_all(self, out: torch.Tensor, send: torch.Tensor, recv_counts: list[int], send_counts: list[int]):
+    def _all_to_all(self, out: torch.Tensor, send: torch.Tensor, recv_counts: list[int], send_counts: list[int],
+                    kind: str):
         if self.stats is not None:
-            self.stats.halo_bytes += send.numel() * send.element_size()
-            self.stats.halo_exchanges += 1
+            self.stats.record(kind, send.numel() * send.element_size())
         if self.group is None:  # single process: nothing to receive
             return None
         try:
@@ -365,6 +346,9 @@ class _StartFn(torch.autograd.Function):
     @staticmethod
     def backward(ctx, _token_grad: torch.Tensor):
         op = ctx.op
+        if op.grad_x is not None:  # the control schedule finished it already
+            grad_x, op.grad_x = op.grad_x, None
+            return grad_x, None
         if op.bwd is None:  # the halo did not reach the loss; no gradient flows back to the owners
             return None, None
         grad_x = op.exchange.finish_grads(op.bwd)
@@ -388,4 +372,7 @@ class _WaitFn(torch.autograd.Function):
     def backward(ctx, grad_halo: torch.Tensor):
         op = ctx.op
         op.bwd = op.exchange.launch_grads(grad_halo.contiguous(), selection=op.selection)
+        if op.wait_first:  # control: no work between launch and wait
+            op.grad_x = op.exchange.finish_grads(op.bwd)
+            op.bwd = None
         return grad_halo.new_zeros(ctx.token_shape), None

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import torch
 
-from haloflow.engine.halo import HaloExchange, _Inflight, wait_work
+from haloflow.engine.comm import wait_work
+from haloflow.engine.gcn.halo import HaloExchange, _Inflight
 
 __all__ = ["StaleHalo"]
 
@@ -67,9 +68,9 @@ class StaleHalo:
 
     def finish(self) -> None:
         """Wait for the exchanges launched for an epoch that will not run (before the group is destroyed)."""
-        for what, inflight in (("forward", self._fwd), ("backward", self._bwd)):
+        for what, kind, inflight in (("forward", "halo", self._fwd), ("backward", "halo_grad", self._bwd)):
             if inflight is not None and inflight.work is not None:
-                wait_work(inflight.work, f"{self.exchange.name} ({what})", self.exchange.stats)
+                wait_work(inflight.work, f"{self.exchange.name} ({what})", self.exchange.stats, kind)
                 inflight.work = None
 
 

@@ -13,6 +13,8 @@ owns. ``HaloAggregator`` implements that call on one part of the graph::
              +-------------+------------------+
 
     exact (default):   handle = exchange.start(x); y = A_inner @ x; y += A_halo @ handle.wait()
+    schedule="wait_first" (the control of the overlap benchmark, same result): wait for the halo before
+                       A_inner @ x, and in backward for the reverse exchange right after it starts
     staleness = 1:     y = A_inner @ x + A_halo @ halo(x of the previous epoch)   (PipeGCN; gradients of the
                        halo also arrive one epoch late, while this epoch's exchange runs in the background)
     halo_keep = p < 1: each training epoch keeps a random fraction p of the halo rows, scaled by 1/p (BNS-GCN)
@@ -35,15 +37,19 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from haloflow.engine.comm import CommStats, all_gather_rows
+from haloflow.engine.gcn.halo import HaloExchange, HaloSelection
+from haloflow.engine.gcn.halo_stale import StaleHalo
 from haloflow.engine.grad_sync import BucketedGradSync, GradSyncConfig
-from haloflow.engine.halo import CommStats, HaloExchange, HaloSelection
-from haloflow.engine.halo_stale import StaleHalo
+from haloflow.engine.runtime import expect_parts
 from haloflow.errors import ConfigError, DistributedError
 from haloflow.models.aggregate import add_diagonal, normalized_values, self_loop_values
 from haloflow.models.spmm import DEFAULT_KERNEL, SparseOperator
 from haloflow.partition.types import GraphPart
 
-__all__ = ["HaloConfig", "HaloAggregator", "ParallelGCN", "parallelize_gcn", "split_part_operators"]
+__all__ = ["SCHEDULES", "HaloConfig", "HaloAggregator", "ParallelGCN", "parallelize_gcn", "split_part_operators"]
+
+SCHEDULES = ("overlap", "wait_first")
 
 log = logging.getLogger(__name__)
 
@@ -56,21 +62,26 @@ class HaloConfig:
         staleness: 0 = exact; 1 = use the previous epoch's halo features and gradients (PipeGCN).
         halo_keep: fraction p of halo rows kept per training epoch (BNS-GCN); 1.0 = all (exact).
         seed: key of the halo sampling (together with the epoch).
-        kernel: SpMM kernel of the local operators (see ``haloflow.models.spmm``).
+        schedule: "overlap" (start the exchange, compute the inner rows, then wait) or "wait_first" (wait before
+            any inner compute, in forward and backward): the control that ``haloflow bench gcn-dist`` times against
+            the overlapped schedule; both give the same numbers.
     """
 
     staleness: int = 0
     halo_keep: float = 1.0
     seed: int = 0
-    kernel: str = DEFAULT_KERNEL
+    schedule: str = "overlap"
 
     def __post_init__(self) -> None:
         if self.staleness not in (0, 1):
-            raise ConfigError(f"staleness must be 0 (exact) or 1 (previous epoch's halos), got {self.staleness}")
+            raise ConfigError(f"staleness must be 0 (exact) or 1 (previous epoch's halos), got {self.staleness}",
+                              field="staleness")
         if not 0.0 < self.halo_keep <= 1.0:
-            raise ConfigError(f"halo_keep must be in (0, 1], got {self.halo_keep}")
+            raise ConfigError(f"halo_keep must be in (0, 1], got {self.halo_keep}", field="halo_keep")
         if self.staleness and self.halo_keep < 1.0:
-            raise ConfigError("choose one approximation: staleness=1 or halo_keep < 1, not both")
+            raise ConfigError("choose one approximation: staleness=1 or halo_keep < 1, not both", field="staleness")
+        if self.schedule not in SCHEDULES:
+            raise ConfigError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}", field="schedule")
 
     @property
     def exact(self) -> bool:
@@ -116,13 +127,17 @@ class HaloAggregator:
         norm: "gcn" or "mean", as the model's config says.
         config: exact / stale / sampled halos, see `HaloConfig`.
         stats: counters of bytes and blocked time (the trainer resets them each epoch).
+        kernel: SpMM kernel of the local operators (see ``haloflow.models.spmm``; CUDA tensors use torch's).
+
+    ``trace``, when set to a list, records the order of the exchange's events and the inner SpMM's
+    ("launch:fwd", "inner:fwd", "wait:fwd", ... and the same with ":bwd" in backward).
 
     Shapes:
         ``aggregate(layer, h)``: (n_inner, F) -> (n_inner, F).
     """
 
     def __init__(self, part: GraphPart, group=None, *, norm: str = "gcn", config: HaloConfig | None = None,
-                 stats: CommStats | None = None):
+                 stats: CommStats | None = None, kernel: str = DEFAULT_KERNEL):
         self.part = part
         self.group = group
         self.norm = norm
@@ -130,7 +145,8 @@ class HaloAggregator:
         self.stats = stats if stats is not None else CommStats()
         if group is None and part.n_halo:
             raise ConfigError(f"part {part.part_id} has {part.n_halo} halo nodes but no process group was given")
-        self.a_inner, self.a_halo = split_part_operators(part, norm, self.config.kernel)
+        self.a_inner, self.a_halo = split_part_operators(part, norm, kernel)
+        self.trace: list[str] | None = None
         self._exact: dict[int, HaloExchange] = {}  # one per layer: buffers sized to that layer's width
         self._stale: dict[int, StaleHalo] = {}
         self._send_gids = part.inner_gids[np.asarray(part.send_ids, dtype=np.int64)]
@@ -164,9 +180,22 @@ class HaloAggregator:
         if approx and self.config.staleness:
             halo = self._stale_exchange(layer).apply(h)  # (n_halo, F) from the previous epoch
             return self.a_inner @ h + self.a_halo @ halo
-        handle = self._exchange(layer).start(h, self.selection if approx else None)  # async, returns at once
-        y = self.a_inner @ h  # (n_inner, F) while the halo is in flight
+        exchange = self._exchange(layer)
+        exchange.trace = self.trace
+        wait_first = self.config.schedule == "wait_first"
+        handle = exchange.start(h, self.selection if approx else None, wait_first=wait_first)  # returns at once
+        if wait_first:  # the control: nothing overlaps the exchange
+            halo = handle.wait()
+            return self._inner(h) + self.a_halo @ halo
+        y = self._inner(h)  # (n_inner, F) while the halo is in flight
         return y + self.a_halo @ handle.wait()  # (n_inner, F)
+
+    def _inner(self, h: torch.Tensor) -> torch.Tensor:
+        """A_inner @ h, marked in the trace (forward after it ran, backward after its backward ran)."""
+        if self.trace is None:
+            return self.a_inner @ h
+        return _Mark.apply(self.a_inner @ _Mark.apply(h, self.trace, None, "inner:bwd"), self.trace, "inner:fwd",
+                           None)
 
     def _exchange(self, layer: int) -> HaloExchange:
         if layer not in self._exact:
@@ -191,6 +220,23 @@ class HaloAggregator:
                 f"norm={self.norm!r}, {self.config})")
 
 
+class _Mark(torch.autograd.Function):
+    """Identity that appends ``fwd`` to the trace when its forward runs and ``bwd`` when its backward runs."""
+
+    @staticmethod
+    def forward(ctx, x, trace, fwd, bwd):
+        ctx.trace, ctx.bwd = trace, bwd
+        if fwd is not None:
+            trace.append(fwd)
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        if ctx.bwd is not None:
+            ctx.trace.append(ctx.bwd)
+        return grad, None, None, None
+
+
 class ParallelGCN(NamedTuple):
     """What `parallelize_gcn` returns: the (unchanged) model, its aggregator and the gradient sync."""
 
@@ -202,21 +248,13 @@ class ParallelGCN(NamedTuple):
 def _check_consistent(model: nn.Module, part: GraphPart, group) -> None:
     """Every rank must hold part ``rank`` of a K = world-size partition and the same initial weights."""
     world, rank = dist.get_world_size(group), dist.get_rank(group)
-    if part.num_parts != world:
-        raise ConfigError(f"the partition has {part.num_parts} parts but {world} processes were started: "
-                          f"run with --nproc-per-node {part.num_parts}")
+    expect_parts(part.num_parts, world, "the partition")
     if part.part_id != rank:
         raise ConfigError(f"rank {rank} was given part {part.part_id}; rank r must load part r")
     with torch.no_grad():
         checksum = sum(float(p.double().sum()) for p in model.parameters())
-    row = torch.tensor(
-        [checksum, *part.send_counts().tolist(), *part.recv_counts().tolist()], dtype=torch.float64
-    )  # (1 + 2K,)
-    rows = torch.empty(world, row.numel(), dtype=torch.float64)
-    try:
-        dist.all_gather(list(rows.unbind(0)), row, group=group)
-    except RuntimeError as err:
-        raise DistributedError(f"rank {rank}: start-up check failed ({str(err).splitlines()[0]})") from err
+    rows = all_gather_rows([checksum, *part.send_counts().tolist(), *part.recv_counts().tolist()], group,
+                           "start-up check")  # (K, 1 + 2K)
     sums = rows[:, 0]
     if not torch.all(sums == sums[0]):
         raise DistributedError(f"ranks start from different weights (parameter sums {sums.tolist()}); "
@@ -239,6 +277,7 @@ def parallelize_gcn(
     halo: HaloConfig | None = None,
     grad_sync: GradSyncConfig | None = None,
     stats: CommStats | None = None,
+    kernel: str = DEFAULT_KERNEL,
 ) -> ParallelGCN:
     """Make ``model`` (a `haloflow.models.GCN`) train on ``part`` as one of ``group``'s ranks.
 
@@ -255,7 +294,7 @@ def parallelize_gcn(
     if group is not None:
         _check_consistent(model, part, group)
     # 2. the distributed aggregation over this part
-    aggregator = HaloAggregator(part, group, norm=norm, config=halo, stats=stats)
+    aggregator = HaloAggregator(part, group, norm=norm, config=halo, stats=stats, kernel=kernel)
     # 3. weight gradients summed across ranks in buckets, launched from parameter hooks during backward
     sync = BucketedGradSync(model.parameters(), group, grad_sync, stats)
     log.info("parallelized: %r", aggregator)

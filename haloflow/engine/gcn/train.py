@@ -1,44 +1,41 @@
-"""Full-batch GCN training, single-process or one rank per part: `GCNTrainConfig`, `train_gcn`, `TrainResult`.
+"""Full-batch GCN training, single-process or one rank per part: `GCNTrainConfig`, `train_gcn`, `GCNTrainResult`.
 
 One epoch on every rank (the same steps whatever K, so K = 1 and K = 4 compute the same numbers)::
 
     train   logits = model(x, agg, ids, epoch)      halo exchanges overlap the inner SpMMs
             loss = CE(train rows) / GLOBAL #train    so per-rank losses sum to the single-process loss
-            loss.backward()                          weight gradients start their all-gathers from hooks
+            loss.backward()                          weight-gradient buckets start their reduce-scatters from hooks
             grad_sync.wait(); optimizer.step()       summed in rank order: identical weights everywhere
     eval    logits = model(x, agg, ids, epoch)       no dropout, exact halos
-            one all_gather of [loss, correct counts, bytes, times] -> global accuracy, summed bytes
+            one all-gather of [loss, correct counts, bytes, times] -> global accuracy, summed bytes
 
-Rank 0 shows a progress bar (only on a terminal), writes one JSON line per epoch (``log_jsonl``) and saves the
-final weights (``save``, written to a temporary file and renamed).
+The shared ``Runtime`` (``engine/runtime.py``) owns the process group, the device, the progress output for people
+and the JSON lines for programs; rank 0 saves the final weights (``save``, written atomically).
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import torch
-import torch.distributed as dist
 
 from haloflow.data.graph import GraphDataset
-from haloflow.engine.dist import DistContext, init_from_env, shutdown
+from haloflow.engine.comm import CommStats, all_gather_rows
+from haloflow.engine.gcn.parallelize import HaloConfig, parallelize_gcn
 from haloflow.engine.grad_sync import BucketedGradSync, GradSyncConfig
-from haloflow.engine.halo import CommStats
-from haloflow.engine.parallelize import HaloConfig, parallelize_gcn
-from haloflow.errors import ConfigError, DistributedError
+from haloflow.engine.runtime import ParallelLayout, Runtime, RuntimeConfig, TrainResult, save_atomic, synchronize
+from haloflow.errors import ConfigError
 from haloflow.models.aggregate import LocalAggregator
 from haloflow.models.gcn import CONVS, GCN, GCNConfig, gcn_loss
 from haloflow.models.spmm import DEFAULT_KERNEL, KERNELS
 from haloflow.partition.types import GraphPart
-from haloflow.utils.progress import progress_bar
 
-__all__ = ["GCNTrainConfig", "EpochLog", "TrainResult", "train_gcn"]
+__all__ = ["GCNTrainConfig", "EpochLog", "GCNTrainResult", "GCNSetup", "setup_gcn", "train_gcn"]
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +47,8 @@ class GCNTrainConfig:
     """Everything a GCN training run needs. Defaults are Kipf & Welling's Cora setting (FACTS.md).
 
     Exactly one input: ``dataset`` (a path any ``haloflow.data.read_dataset`` format; single process) or
-    ``partitions`` (a folder written by ``haloflow partition``; rank r of K loads part r).
+    ``partitions`` (a folder written by ``haloflow partition``; rank r of K loads part r). The halo exchange,
+    the gradient sync and the runtime (device, timeout, output) have configs of their own, nested here.
     """
 
     dataset: str | None = None
@@ -63,46 +61,39 @@ class GCNTrainConfig:
     num_layers: int = 2
     dropout: float = 0.5
     conv: str = "gcn"
-    seed: int = 0  # weights, dropout masks and halo sampling
-    precompute_first: bool = True
+    seed: int = 0  # weights and dropout masks
+    precompute_first: bool = True  # layer 0's A X once, its dropout on A X (False: Kipf's dropout on X)
+    kernel: str = DEFAULT_KERNEL
     # optimisation
     epochs: int = 200
     lr: float = 0.01
     weight_decay: float = 5e-4  # on layer 0's weights only, as in the GCN paper
     optimizer: str = "adam"
-    # distribution
-    staleness: int = 0  # 1: PipeGCN-style stale halos
-    halo_keep: float = 1.0  # < 1: BNS-GCN halo sampling
-    timeout_s: float = 120.0  # a dead or silent peer raises after this long instead of hanging
-    bucket_bytes: int = 1 << 20
-    kernel: str = DEFAULT_KERNEL
-    # output
-    log_jsonl: str | None = None
+    # distribution and output
+    halo: HaloConfig = field(default_factory=HaloConfig)
+    grad_sync: GradSyncConfig = field(default_factory=GradSyncConfig)
+    runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
     save: str | None = None
-    progress: bool = True  # the bar still only shows on a terminal
 
     def __post_init__(self) -> None:
         if (self.dataset is None) == (self.partitions is None):
-            raise ConfigError("give exactly one input: a dataset path (single process) or a partitions folder")
+            raise ConfigError("give exactly one input: a dataset path (single process) or a partitions folder",
+                              field="dataset")
         for name in ("epochs", "hidden_dim", "num_layers"):
             if getattr(self, name) < 1:
-                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}", field=name)
         if not self.lr > 0:
-            raise ConfigError(f"lr must be > 0, got {self.lr}")
+            raise ConfigError(f"lr must be > 0, got {self.lr}", field="lr")
         if self.weight_decay < 0:
-            raise ConfigError(f"weight_decay must be >= 0, got {self.weight_decay}")
+            raise ConfigError(f"weight_decay must be >= 0, got {self.weight_decay}", field="weight_decay")
         if self.optimizer not in OPTIMIZERS:
-            raise ConfigError(f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}")
+            raise ConfigError(f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}", field="optimizer")
         if self.conv not in CONVS:
-            raise ConfigError(f"conv must be one of {CONVS}, got {self.conv!r}")
+            raise ConfigError(f"conv must be one of {CONVS}, got {self.conv!r}", field="conv")
         if self.kernel not in KERNELS:
-            raise ConfigError(f"kernel must be one of {KERNELS}, got {self.kernel!r}")
-        if not self.timeout_s > 0:
-            raise ConfigError(f"timeout_s must be > 0, got {self.timeout_s}")
-        self.halo_config()  # validates staleness / halo_keep
-
-    def halo_config(self) -> HaloConfig:
-        return HaloConfig(staleness=self.staleness, halo_keep=self.halo_keep, seed=self.seed, kernel=self.kernel)
+            raise ConfigError(f"kernel must be one of {KERNELS}, got {self.kernel!r}", field="kernel")
+        if self.save is not None and Path(self.save).is_dir():
+            raise ConfigError(f"save {self.save} is a folder; expected a file name to write", field="save")
 
     def model_config(self, in_dim: int, out_dim: int) -> GCNConfig:
         return GCNConfig(in_dim=in_dim, out_dim=out_dim, hidden_dim=self.hidden_dim, num_layers=self.num_layers,
@@ -124,10 +115,11 @@ class EpochLog:
     grad_bytes: int
     blocked_s: float  # time the slowest rank spent waiting for communication in the training step
     halo_blocked_s: float = 0.0  # the part of it spent waiting for halo exchanges (slowest rank)
+    grad_buckets_in_backward: int = 0  # gradient buckets whose reduce-scatter started while backward ran
 
 
 @dataclass(eq=False)
-class TrainResult:
+class GCNTrainResult(TrainResult):
     """What `train_gcn` returns on every rank.
 
     Shapes:
@@ -135,22 +127,24 @@ class TrainResult:
         their ORIGINAL ids (so results of any K can be compared row by row).
     """
 
-    history: list[EpochLog]
-    logits: torch.Tensor
-    node_ids: torch.Tensor
-    state_dict: dict[str, torch.Tensor]
-    rank: int = 0
-    world_size: int = 1
-    extra: dict = field(default_factory=dict)
+    history: list[EpochLog] = field(default_factory=list)
+    logits: torch.Tensor | None = None
+    node_ids: torch.Tensor | None = None
 
     @property
     def final(self) -> EpochLog:
         return self.history[-1]
 
+    def summary(self) -> str:
+        f = self.final
+        rows = [["loss", f.loss], ["train accuracy", f.train_acc], ["val accuracy", f.val_acc],
+                ["test accuracy", f.test_acc]]
+        return self.format_summary(f"GCN, {len(self.history)} epochs", rows, epochs=len(self.history))
+
 
 @dataclass(eq=False)
 class _Local:
-    """The rows this process trains on, whatever the input."""
+    """The rows this process trains on, whatever the input, on the run's device."""
 
     x: torch.Tensor  # (n_own, F)
     labels: torch.Tensor  # (n_own,)
@@ -159,25 +153,26 @@ class _Local:
     num_classes: int
 
 
-def _local_from(features, labels, train, val, test, node_ids, num_classes: int, normalize: bool) -> _Local:
+def _local_from(features, labels, train, val, test, node_ids, num_classes: int, normalize: bool,
+                device: torch.device) -> _Local:
     if features is None or labels is None or train is None:
         raise ConfigError("GCN training needs node features, labels and a train mask; the input has "
                           f"features={features is not None}, labels={labels is not None}, train_mask={train is not None}")
     n = labels.shape[0]
     none = np.zeros(n, dtype=bool)
 
-    def mask(m):
-        return torch.from_numpy(np.array(none if m is None else m, dtype=bool))
+    def tensor(a, dtype) -> torch.Tensor:
+        return torch.from_numpy(np.array(a, dtype=dtype)).to(device)  # a private copy (parts are memory-mapped)
 
-    x = np.array(features, dtype=np.float32)  # a private, writable copy (parts are memory-mapped)
+    x = np.array(features, dtype=np.float32)
     if normalize:
         sums = x.sum(axis=1, keepdims=True, dtype=np.float64)  # (n, 1)
         x = (x / np.where(sums == 0, 1.0, sums)).astype(np.float32)
     return _Local(
-        x=torch.from_numpy(x),
-        labels=torch.from_numpy(np.array(labels, dtype=np.int64)),
-        masks=(mask(train), mask(val), mask(test)),
-        node_ids=torch.from_numpy(np.array(node_ids, dtype=np.int64)),
+        x=tensor(x, np.float32),
+        labels=tensor(labels, np.int64),
+        masks=tuple(tensor(none if m is None else m, bool) for m in (train, val, test)),
+        node_ids=tensor(node_ids, np.int64),
         num_classes=int(num_classes),
     )
 
@@ -188,43 +183,20 @@ def _load_dataset(config: GCNTrainConfig) -> GraphDataset:
     return read_input(config.dataset, format=config.dataset_format, symmetrize=config.symmetrize)
 
 
-def _load_part(config: GCNTrainConfig, ctx: DistContext) -> GraphPart:
+def _load_part(config: GCNTrainConfig, layout: ParallelLayout) -> GraphPart:
     from haloflow.partition.format import load_meta, load_partition
 
     meta = load_meta(config.partitions)
-    if meta.num_parts != ctx.world_size:
-        raise ConfigError(f"{config.partitions} has {meta.num_parts} parts but {ctx.world_size} processes run: "
-                          f"start {meta.num_parts} (torchrun --nproc-per-node {meta.num_parts}, or --nproc {meta.num_parts})")
-    return load_partition(config.partitions, ctx.rank, meta=meta)
-
-
-def _all_gather(values: list[float], ctx: DistContext, what: str) -> torch.Tensor:
-    """(K, len(values)) float64 rows of every rank; one small collective."""
-    row = torch.tensor(values, dtype=torch.float64)
-    if not ctx.distributed:
-        return row[None]
-    rows = torch.empty(ctx.world_size, row.numel(), dtype=torch.float64)
-    try:
-        dist.all_gather(list(rows.unbind(0)), row, group=ctx.group)
-    except RuntimeError as err:
-        raise DistributedError(f"rank {ctx.rank}: {what} failed - a peer process died or did not answer within "
-                               f"the timeout ({str(err).splitlines()[0][:300]})") from err
-    return rows
+    layout.expect_parts(meta.num_parts, str(config.partitions))
+    return load_partition(config.partitions, layout.rank, meta=meta)
 
 
 def _correct(logits: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor) -> float:
-    return float((logits[mask].argmax(1) == labels[mask]).sum())
+    return float((logits.argmax(1)[mask] == labels[mask]).sum())  # a device sync on CUDA
 
 
-def _save_atomic(path: str, payload: dict) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    torch.save(payload, tmp)
-    os.replace(tmp, path)
-
-
-def train_gcn(config: GCNTrainConfig, *, dataset: GraphDataset | None = None, part: GraphPart | None = None) -> TrainResult:
+def train_gcn(config: GCNTrainConfig, *, dataset: GraphDataset | None = None,
+              part: GraphPart | None = None) -> GCNTrainResult:
     """Train a GCN as ``config`` says; under torchrun each rank trains on its part.
 
     Args:
@@ -235,45 +207,49 @@ def train_gcn(config: GCNTrainConfig, *, dataset: GraphDataset | None = None, pa
         ConfigError: bad settings, or a partition whose K differs from the number of processes.
         DistributedError: a peer died or timed out.
     """
-    owns_group = not dist.is_initialized()
-    ctx = init_from_env(timeout_s=config.timeout_s, device="cpu") if (config.partitions or part is not None) \
-        else DistContext(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"), backend=None)
-    try:
-        result = _train(config, ctx, dataset, part)
-    except BaseException:
-        if owns_group and ctx.distributed:
-            shutdown(barrier=False)  # a peer may be gone: do not wait for it again
-        raise
-    if owns_group and ctx.distributed:
-        shutdown()
-    return result
+    # A data set trains in this process alone; a partition joins torchrun's group (if there is one).
+    join = config.partitions is not None or part is not None
+    with Runtime.start(config.runtime, join=join) as rt:
+        return _train(config, rt, dataset, part)
 
 
-def _setup(config: GCNTrainConfig, ctx: DistContext, dataset: GraphDataset | None, part: GraphPart | None):
-    """Model, aggregator, gradient sync and local rows for either input."""
-    stats = CommStats()
+class GCNSetup(NamedTuple):
+    """What a GCN run trains with (the trainer's and the overlap benchmark's): the model and its input rows on the
+    run's device, the aggregator (local or halo), the gradient sync and the communication counters."""
+
+    model: GCN
+    agg: object
+    sync: BucketedGradSync
+    local: _Local
+    stats: CommStats
+
+
+def setup_gcn(config: GCNTrainConfig, rt: Runtime, dataset: GraphDataset | None = None,
+              part: GraphPart | None = None) -> GCNSetup:
+    """Model, aggregator, gradient sync and local rows for either input, on the run's device."""
+    stats, device = CommStats(), rt.layout.device
     if config.dataset is not None and part is None:
         dataset = dataset if dataset is not None else _load_dataset(config)
         local = _local_from(dataset.features, dataset.labels, dataset.train_mask, dataset.val_mask,
                             dataset.test_mask, np.arange(dataset.num_nodes), dataset.num_classes,
-                            config.normalize_features)
-        model = GCN(config.model_config(local.x.shape[1], local.num_classes))
+                            config.normalize_features, device)
+        model = GCN(config.model_config(local.x.shape[1], local.num_classes)).to(device)
         agg = LocalAggregator(dataset.graph, model.config.norm, kernel=config.kernel)
-        return model, agg, BucketedGradSync(model.parameters(), None), local, stats
-    part = part if part is not None else _load_part(config, ctx)
-    if part.num_parts != ctx.world_size:
-        raise ConfigError(f"the partition has {part.num_parts} parts but {ctx.world_size} processes run")
+        return GCNSetup(model, agg, BucketedGradSync(model.parameters(), None), local, stats)
+    part = part if part is not None else _load_part(config, rt.layout)
+    rt.layout.expect_parts(part.num_parts, "the partition")
     local = _local_from(part.features, part.labels, part.train_mask, part.val_mask, part.test_mask,
-                        part.orig_ids, part.num_classes, config.normalize_features)
-    model = GCN(config.model_config(local.x.shape[1], local.num_classes))
-    _, agg, sync = parallelize_gcn(model, part, ctx.group, halo=config.halo_config(),
-                                   grad_sync=GradSyncConfig(bucket_bytes=config.bucket_bytes), stats=stats)
-    return model, agg, sync, local, stats
+                        part.orig_ids, part.num_classes, config.normalize_features, device)
+    model = GCN(config.model_config(local.x.shape[1], local.num_classes)).to(device)
+    _, agg, sync = parallelize_gcn(model, part, rt.layout.group, halo=config.halo, grad_sync=config.grad_sync,
+                                   stats=stats, kernel=config.kernel)
+    return GCNSetup(model, agg, sync, local, stats)
 
 
-def _train(config, ctx, dataset, part) -> TrainResult:
-    model, agg, sync, local, stats = _setup(config, ctx, dataset, part)
-    counts = _all_gather([float(m.sum()) for m in local.masks], ctx, "counting training nodes").sum(0)  # (3,)
+def _train(config: GCNTrainConfig, rt: Runtime, dataset, part) -> GCNTrainResult:
+    lay = rt.layout
+    model, agg, sync, local, stats = setup_gcn(config, rt, dataset, part)
+    counts = all_gather_rows([float(m.sum()) for m in local.masks], lay.group, "counting training nodes").sum(0)
     n_train, n_val, n_test = (int(c) for c in counts)
     if n_train == 0:
         raise ConfigError("the train mask selects no node: nothing to train on")
@@ -281,25 +257,27 @@ def _train(config, ctx, dataset, part) -> TrainResult:
     opt = (torch.optim.Adam(groups, lr=config.lr) if config.optimizer == "adam"
            else torch.optim.SGD(groups, lr=config.lr))
     set_epoch = getattr(agg, "set_epoch", lambda epoch, training: None)
-    jsonl = open(config.log_jsonl, "w") if (config.log_jsonl and ctx.is_main) else None
+    if config.precompute_first:
+        model.precompute(local.x, agg)  # layer 0's aggregation of the constant input, once (exact)
+    rt.started()
     history: list[EpochLog] = []
-    bar = progress_bar(total=config.epochs, desc=f"train gcn (K={ctx.world_size})", unit="epoch",
-                       enabled=config.progress and ctx.is_main)
+    reporter = rt.reporter(total=config.epochs, unit="epoch", desc=f"train gcn (K={lay.world_size})")
+    t_train = time.perf_counter()
     try:
-        if config.precompute_first:
-            model.precompute(local.x, agg)  # layer 0's aggregation of the constant input, once (exact)
         for epoch in range(config.epochs):
             # ---- training step
             model.train()
             set_epoch(epoch, True)
             stats.reset()
+            synchronize(lay.device)
             t0 = time.perf_counter()
             logits = model(local.x, agg, local.node_ids, epoch)  # (n_own, C)
             loss = gcn_loss(logits, local.labels, local.masks[0], n_train)
             opt.zero_grad(set_to_none=True)
-            loss.backward()  # gradient all-gathers start from hooks while backward runs
+            loss.backward()  # gradient reduce-scatters start from hooks while backward runs
             sync.wait()  # every rank now holds the same summed gradients
             opt.step()
+            synchronize(lay.device)
             epoch_s = time.perf_counter() - t0
             step = (stats.halo_bytes, stats.grad_bytes, stats.blocked_s, stats.halo_blocked_s)
             # ---- evaluation (exact halos, no dropout)
@@ -308,10 +286,9 @@ def _train(config, ctx, dataset, part) -> TrainResult:
             t1 = time.perf_counter()
             with torch.no_grad():
                 logits = model(local.x, agg, local.node_ids, epoch)
-            eval_s = time.perf_counter() - t1
             row = [float(loss.detach()), *(_correct(logits, local.labels, m) for m in local.masks),
-                   float(step[0]), float(step[1]), step[2], epoch_s, eval_s, step[3]]
-            rows = _all_gather(row, ctx, f"epoch {epoch} metrics")  # (K, 10)
+                   float(step[0]), float(step[1]), step[2], epoch_s, time.perf_counter() - t1, step[3]]
+            rows = all_gather_rows(row, lay.group, f"epoch {epoch} metrics")  # (K, 10)
             total, slowest = rows.sum(0), rows.max(0).values  # loss summed in rank order 0..K-1
             entry = EpochLog(
                 epoch=epoch, loss=float(total[0]),
@@ -320,26 +297,53 @@ def _train(config, ctx, dataset, part) -> TrainResult:
                 test_acc=float(total[3]) / max(n_test, 1),
                 epoch_s=float(slowest[7]), eval_s=float(slowest[8]),
                 halo_bytes=int(total[4]), grad_bytes=int(total[5]), blocked_s=float(slowest[6]),
-                halo_blocked_s=float(slowest[9]),
+                halo_blocked_s=float(slowest[9]), grad_buckets_in_backward=sync.launched_in_backward,
             )
             history.append(entry)
-            if jsonl is not None:
-                jsonl.write(json.dumps(asdict(entry)) + "\n")
-                jsonl.flush()
-            bar.set_postfix(loss=f"{entry.loss:.4f}", val=f"{entry.val_acc:.3f}", test=f"{entry.test_acc:.3f}")
-            bar.update(1)
+            rt.metrics.write({"kind": "epoch", **asdict(entry)})
+            reporter.update({"loss": entry.loss, "val": entry.val_acc, "test": entry.test_acc,
+                             "epoch_s": entry.epoch_s})
         finish = getattr(agg, "finish", None)
         if finish is not None:
             finish()  # stale mode leaves one exchange per layer in flight
     finally:
-        bar.close()
-        if jsonl is not None:
-            jsonl.close()
-    state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    if config.save and ctx.is_main:
-        _save_atomic(config.save, {"model_config": asdict(model.config), "state_dict": state,
-                                   "train_config": asdict(config), "final": asdict(history[-1])})
-    log.info("trained %d epochs on %d rank(s): loss %.4f, test accuracy %.4f", config.epochs, ctx.world_size,
+        reporter.close()
+    train_s = time.perf_counter() - t_train
+    rt.metrics.write({"kind": "summary", "epochs": config.epochs, "world_size": lay.world_size,
+                      "threads_per_rank": rt.threads, "device": str(lay.device), "startup_s": rt.startup_s,
+                      "train_s": train_s, "epoch_s_mean": train_s / config.epochs})
+    devices = _devices(model, local, agg, logits)
+    state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+    result = GCNTrainResult(layout=lay, startup_s=rt.startup_s, train_s=train_s,
+                            threads=rt.threads, state_dict=state, records=rt.metrics.records,
+                            history=history, logits=logits, node_ids=local.node_ids, devices=devices)
+    if config.save and lay.is_main:
+        save_atomic(config.save, {"model_config": asdict(model.config), "state_dict": state,
+                                  "train_config": _plain(asdict(config)), "final": asdict(history[-1])})
+    log.info("trained %d epochs on %s: loss %.4f, test accuracy %.4f", config.epochs, rt.describe(),
              history[-1].loss, history[-1].test_acc)
-    return TrainResult(history=history, logits=logits, node_ids=local.node_ids, state_dict=state,
-                       rank=ctx.rank, world_size=ctx.world_size)
+    return result
+
+
+def _devices(model: GCN, local: _Local, agg, logits: torch.Tensor) -> dict[str, set[str]]:
+    """Where the run's tensors ended up, by kind (the device test reads it): every one on ``config.device``."""
+    found = {
+        "model": {p.device.type for p in model.parameters()},
+        "features": {local.x.device.type}, "labels": {local.labels.device.type},
+        "masks": {m.device.type for m in local.masks}, "node_ids": {local.node_ids.device.type},
+        "logits": {logits.device.type},
+    }
+    exchanges = [*getattr(agg, "_exact", {}).values(), *(s.exchange for s in getattr(agg, "_stale", {}).values())]
+    if exchanges:
+        found["halo_buffers"] = {b.device.type for ex in exchanges for b in ex._buffers.values()}
+        found["send_ids"] = {d.type for ex in exchanges for d in ex._ids_by_device if d == local.x.device}
+    return found
+
+
+def _plain(value):
+    """Config values as plain Python (paths as strings), so that ``torch.load(weights_only=True)`` reads them."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return str(value) if isinstance(value, Path) else value

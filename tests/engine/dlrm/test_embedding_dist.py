@@ -3,10 +3,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from haloflow.engine.embedding_dist import CommStats, all_to_all, pooled_exchange, sparse_grad_all_reduce
+from haloflow.engine.comm import CommStats, all_to_all
+from haloflow.engine.dlrm.embedding_dist import pooled_exchange, sparse_grad_all_reduce
 from tests.conftest import run_torchrun
 
-SCRIPTS = Path(__file__).parent / "scripts"
+SCRIPTS = Path(__file__).parents[1] / "scripts"
 
 
 def test_single_process_all_to_all_is_a_copy_and_checks_sizes():

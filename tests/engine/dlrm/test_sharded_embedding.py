@@ -5,13 +5,13 @@ import pytest
 import torch
 
 from haloflow.data.jagged import JaggedBatch
-from haloflow.engine.embedding_layout import EmbeddingLayout, predict_step_bytes
-from haloflow.engine.sharded_embedding import ShardedEmbeddingCollection
+from haloflow.engine.dlrm.embedding_layout import EmbeddingLayout, predict_step_bytes
+from haloflow.engine.dlrm.sharded_embedding import ShardedEmbeddingCollection
 from haloflow.errors import ConfigError, PlanError
 from haloflow.partition.planner.types import Shard, ShardingPlan, ShardingType, TablePlan
 from tests.conftest import run_torchrun
 
-SCRIPTS = Path(__file__).parent / "scripts"
+SCRIPTS = Path(__file__).parents[1] / "scripts"
 _spec = importlib.util.spec_from_file_location("dlrm_common", SCRIPTS / "dlrm_common.py")
 common = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(common)
@@ -62,10 +62,10 @@ def test_predicted_bytes_by_hand():
         [[0, 5], [4], [2]],  # t1
         [[1, 1], [0], [4]],  # t2
     ])
-    got = predict_step_bytes(layout, batch, [2, 1], dense_params=10)
+    got = predict_step_bytes(layout, batch, [2, 1], dense_buckets=[10])
     # rank 0 (samples 0, 1) sends rank 1 the lengths of its 2 slots (2 x 2 x 8 B) and ids 1, 2, 3 (t0) and
     # 5, 4 (t1 rows 3..5); its row-wise partial sums for sample 2 (1 x 2 floats); gradients of its 2 samples
-    # to rank 1's table-wise and row-wise shards (2 x 2 floats each); 2 unique rows of t2; 10 MLP floats.
+    # to rank 1's table-wise and row-wise shards (2 x 2 floats each); 2 unique rows of t2; 5 + 5 MLP floats (reduce-scatter and all-gather of a 10-float bucket).
     assert got[0] == {"dense_grad": 40, "dp_grad_counts": 8, "dp_grad_indices": 16, "dp_grad_values": 16,
                       "input_lengths": 32, "input_values": 40, "pooled_grad": 16, "reduce_scatter": 8,
                       "reduce_scatter_grad": 16}

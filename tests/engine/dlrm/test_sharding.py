@@ -5,13 +5,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from haloflow.engine.sharding import shard_dlrm
+from haloflow.engine.dlrm.sharding import shard_dlrm
 from haloflow.errors import PlanError
 from haloflow.models.dlrm import dlrm_loss
 from haloflow.partition.planner.types import Shard, ShardingPlan, ShardingType, TablePlan
 from tests.conftest import run_torchrun
 
-SCRIPTS = Path(__file__).parent / "scripts"
+SCRIPTS = Path(__file__).parents[1] / "scripts"
 _spec = importlib.util.spec_from_file_location("dlrm_common", SCRIPTS / "dlrm_common.py")
 common = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(common)
@@ -60,7 +60,7 @@ def test_ten_steps_match_the_single_process_dlrm(nproc):
 
 
 def test_exchanges_overlap_the_bottom_mlp_forward_and_backward(monkeypatch):
-    from haloflow.engine import embedding_dist
+    from haloflow.engine.dlrm import embedding_dist
 
     events = []
     real = embedding_dist.all_to_all

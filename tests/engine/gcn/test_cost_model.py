@@ -2,7 +2,7 @@
 
 import pytest
 
-from haloflow.engine.cost_model import EpochCost, PartLoad, Rates, halo_bytes_per_epoch, predict_epoch
+from haloflow.engine.gcn.cost_model import EpochCost, PartLoad, Rates, halo_bytes_per_epoch, predict_epoch
 from haloflow.errors import ConfigError
 from haloflow.models.gcn import GCNConfig
 

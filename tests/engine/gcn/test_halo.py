@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 import torch
 
-from haloflow.engine.halo import HaloExchange, HaloSelection
+from haloflow.engine.gcn.halo import HaloExchange, HaloSelection
 from haloflow.errors import ConfigError
 from tests.conftest import run_torchrun
 from tests.engine.scripts.common import parts_of, small_dataset
 
-SCRIPTS = Path(__file__).parent / "scripts"
+SCRIPTS = Path(__file__).parents[1] / "scripts"
 K = 3
 
 

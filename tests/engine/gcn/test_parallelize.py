@@ -7,14 +7,14 @@ import numpy as np
 import pytest
 import torch
 
-from haloflow.engine.parallelize import HaloAggregator, HaloConfig, parallelize_gcn, split_part_operators
+from haloflow.engine.gcn.parallelize import HaloAggregator, HaloConfig, parallelize_gcn, split_part_operators
 from haloflow.errors import ConfigError
 from haloflow.models.aggregate import LocalAggregator
 from haloflow.models.gcn import GCN, GCNConfig
 from tests.conftest import run_torchrun
 from tests.engine.scripts.common import parts_of, small_dataset
 
-SCRIPTS = Path(__file__).parent / "scripts"
+SCRIPTS = Path(__file__).parents[1] / "scripts"
 K = 3
 
 
@@ -144,7 +144,7 @@ def test_parallelize_checks_the_layout_before_communicating():
     try:
         part = parts_of(small_dataset(), 2)[0]
         model = GCN(GCNConfig(in_dim=6, out_dim=3))
-        with pytest.raises(ConfigError, match="the partition has 2 parts but 1 processes were started"):
+        with pytest.raises(ConfigError, match="the partition has 2 parts but 1 process run: start 2"):
             parallelize_gcn(model, part, dist.group.WORLD)
     finally:
         dist.destroy_process_group()

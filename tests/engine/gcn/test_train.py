@@ -7,8 +7,10 @@ import numpy as np
 import pytest
 import torch
 
-from haloflow.engine.cost_model import PartLoad, halo_bytes_per_epoch
-from haloflow.engine.train_gcn import GCNTrainConfig, train_gcn
+from haloflow.engine.gcn.cost_model import PartLoad, halo_bytes_per_epoch
+from haloflow.engine.gcn.parallelize import HaloConfig
+from haloflow.engine.gcn.train import GCNTrainConfig, train_gcn
+from haloflow.engine.runtime import RuntimeConfig
 from haloflow.errors import ConfigError
 from haloflow.partition.api import PartitionConfig
 from haloflow.partition.format import load_partition
@@ -16,7 +18,9 @@ from haloflow.partition.pipeline import partition_dataset
 from tests.conftest import run_torchrun
 from tests.engine.scripts.common import small_dataset
 
-SCRIPTS = Path(__file__).parent / "scripts"
+SCRIPTS = Path(__file__).parents[1] / "scripts"
+QUIET = RuntimeConfig(progress=False)
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
 
 def parity_dataset():
@@ -29,16 +33,29 @@ def test_config_names_the_problem():
     with pytest.raises(ConfigError, match="optimizer must be one of .*got 'rmsprop'"):
         GCNTrainConfig(dataset="x", optimizer="rmsprop")
     with pytest.raises(ConfigError, match="staleness must be 0"):
-        GCNTrainConfig(dataset="x", staleness=3)
+        GCNTrainConfig(dataset="x", halo=HaloConfig(staleness=3))
+    with pytest.raises(ConfigError, match="device must be one of .*got 'tpu'") as err:
+        GCNTrainConfig(dataset="x", runtime=RuntimeConfig(device="tpu"))
+    assert err.value.field == "device"
 
 
 def test_single_process_run_learns(tmp_path):
     dataset = parity_dataset()
-    result = train_gcn(GCNTrainConfig(dataset="in-memory", epochs=30, lr=0.05, progress=False), dataset=dataset)
+    result = train_gcn(GCNTrainConfig(dataset="in-memory", epochs=30, lr=0.05, runtime=QUIET), dataset=dataset)
     losses = [e.loss for e in result.history]
     assert losses[-1] < 0.8 * losses[0]
     assert result.logits.shape == (200, 4) and torch.equal(result.node_ids, torch.arange(200))
     assert all(e.halo_bytes == 0 and e.grad_bytes == 0 for e in result.history)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_every_tensor_of_a_run_lives_on_the_configured_device(device):
+    result = train_gcn(GCNTrainConfig(dataset="in-memory", epochs=2, runtime=RuntimeConfig(device=device,
+                                                                                        progress=False)),
+                       dataset=parity_dataset())
+    assert result.layout.device.type == device
+    assert set(result.devices) == {"model", "features", "labels", "masks", "node_ids", "logits"}
+    assert all(found == {device} for found in result.devices.values()), result.devices
 
 
 @pytest.mark.slow
@@ -62,8 +79,12 @@ def test_distributed_run_equals_single_process(tmp_path, k, method, conv):
     ref_acc = torch.tensor([[e.train_acc, e.val_acc, e.test_acc] for e in ref.history])
     loads = [PartLoad.from_part(load_partition(parts_dir, r)) for r in range(k)]
     predicted = halo_bytes_per_epoch(loads, config({"dataset": "-"}, conv).model_config(12, 4))
+    params = sum(w.numel() for w in ref.state_dict.values())
     for r in res:
         assert list(r["halo_bytes"]) == [predicted] * len(r["halo_bytes"])  # the engine sends what the model says
+        # gradient sync: 2 P (K-1) floats in all per step (reduce-scatter + all-gather), summed over the ranks
+        assert list(r["grad_bytes"]) == [2 * params * (k - 1) * 4] * len(r["grad_bytes"])
+        assert min(r["buckets_in_backward"]) >= 2  # buckets launch while backward still runs
         torch.testing.assert_close(torch.from_numpy(r["loss"]), ref_loss, check_dtype=False)
         torch.testing.assert_close(torch.from_numpy(r["acc"]), ref_acc, check_dtype=False)
         for name, w in ref.state_dict.items():
@@ -82,7 +103,7 @@ def test_cora_accuracy_is_the_same_on_one_and_two_ranks(shared_data, tmp_path):
     from haloflow.partition.pipeline import read_input
 
     cora = read_input(shared_data / "planetoid")
-    single = train_gcn(GCNTrainConfig(dataset=str(shared_data / "planetoid"), progress=False), dataset=cora)
+    single = train_gcn(GCNTrainConfig(dataset=str(shared_data / "planetoid"), runtime=QUIET), dataset=cora)
     parts = tmp_path / "parts"
     partition_dataset(cora, PartitionConfig(num_parts=2, method="metis"), parts, progress=False)
     proc = run_torchrun(SCRIPTS / "cora.py", 2, [parts, tmp_path], timeout=600)

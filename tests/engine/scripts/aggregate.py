@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from haloflow.engine.dist import init_from_env, shutdown
-from haloflow.engine.parallelize import HaloAggregator, HaloConfig, parallelize_gcn
+from haloflow.engine.runtime import init_from_env, shutdown
+from haloflow.engine.gcn.parallelize import HaloAggregator, HaloConfig, parallelize_gcn
 from haloflow.errors import DistributedError
 from haloflow.models.gcn import GCN, GCNConfig
 

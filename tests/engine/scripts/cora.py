@@ -7,17 +7,19 @@ import json
 import sys
 from pathlib import Path
 
-from haloflow.engine.dist import init_from_env, shutdown
-from haloflow.engine.train_gcn import GCNTrainConfig, train_gcn
+from haloflow.engine.runtime import init_from_env, shutdown
+from haloflow.engine.gcn.parallelize import HaloConfig
+from haloflow.engine.gcn.train import GCNTrainConfig, train_gcn
+from haloflow.engine.runtime import RuntimeConfig
 
-MODES = {"exact": {}, "stale": {"staleness": 1}, "sampled": {"halo_keep": 0.5}}
+MODES = {"exact": HaloConfig(), "stale": HaloConfig(staleness=1), "sampled": HaloConfig(halo_keep=0.5)}
 
 
 def main(partitions: str, out: Path) -> None:
     ctx = init_from_env(timeout_s=120)
     results = {}
-    for name, extra in MODES.items():
-        result = train_gcn(GCNTrainConfig(partitions=partitions, progress=False, **extra))
+    for name, halo in MODES.items():
+        result = train_gcn(GCNTrainConfig(partitions=partitions, halo=halo, runtime=RuntimeConfig(progress=False)))
         results[name] = {"test_acc": result.final.test_acc, "val_acc": result.final.val_acc,
                          "epoch_s": sum(e.epoch_s for e in result.history) / len(result.history)}
     if ctx.rank == 0:

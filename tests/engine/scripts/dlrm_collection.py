@@ -13,9 +13,9 @@ import torch.distributed as dist
 
 from dlrm_common import global_batches, mixed_plan, small_model
 from haloflow.data.jagged import split_sizes
-from haloflow.engine.dist import init_from_env, shutdown
-from haloflow.engine.embedding_layout import predict_step_bytes
-from haloflow.engine.sharded_embedding import ShardedEmbeddingCollection
+from haloflow.engine.runtime import init_from_env, shutdown
+from haloflow.engine.dlrm.embedding_layout import predict_step_bytes
+from haloflow.engine.dlrm.sharded_embedding import ShardedEmbeddingCollection
 
 
 def main() -> None:

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import torch
 
-from haloflow.engine.dist import init_from_env, shutdown
-from haloflow.engine.embedding_dist import (
-    CommStats,
-    all_to_all,
+from haloflow.engine.runtime import init_from_env, shutdown
+from haloflow.engine.comm import CommStats, all_to_all
+from haloflow.engine.dlrm.embedding_dist import (
     jagged_all_to_all,
     pooled_exchange,
     sparse_grad_all_reduce,

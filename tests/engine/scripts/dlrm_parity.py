@@ -16,9 +16,9 @@ import torch.distributed as dist
 
 from dlrm_common import global_batches, mixed_plan, small_model
 from haloflow.data.jagged import split_sizes
-from haloflow.engine.dist import init_from_env, shutdown
-from haloflow.engine.embedding_layout import predict_step_bytes
-from haloflow.engine.sharding import shard_dlrm
+from haloflow.engine.runtime import init_from_env, shutdown
+from haloflow.engine.dlrm.embedding_layout import predict_step_bytes
+from haloflow.engine.dlrm.sharding import shard_dlrm
 from haloflow.models.dlrm import dlrm_loss
 
 
@@ -38,7 +38,7 @@ def reference(batches, lr):
 def distributed(batches, plan, ctx, lr, dp_grad):
     model = shard_dlrm(small_model(), plan, ctx.group, dp_grad=dp_grad)
     opt = torch.optim.SGD(model.parameters(), lr=lr)
-    n_dense = sum(p.numel() for p in model.dense_parameters())
+    n_dense = model.dense_buckets
     losses, byte_log = [], []
     for step, (dense, sparse, labels) in enumerate(batches):
         B = labels.numel()
@@ -54,7 +54,7 @@ def distributed(batches, plan, ctx, lr, dp_grad):
         model.finish_grad_sync()
         opt.step()
         got = model.stats.snapshot()
-        want = predict_step_bytes(model.embeddings.layout, sparse, sizes, dense_params=n_dense,
+        want = predict_step_bytes(model.embeddings.layout, sparse, sizes, dense_buckets=n_dense,
                                   dp_grad=dp_grad)[ctx.rank]
         if step == 0:
             want = dict(sorted({**want, "batch_sizes": 8 * (ctx.world_size - 1)}.items()))

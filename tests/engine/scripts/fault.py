@@ -10,8 +10,8 @@ import sys
 import time
 from pathlib import Path
 
-import haloflow.engine.train_gcn as trainer
-from haloflow.engine.dist import init_from_env
+import haloflow.engine.gcn.train as trainer
+from haloflow.engine.runtime import RuntimeConfig, init_from_env
 from haloflow.errors import DistributedError
 
 
@@ -35,7 +35,8 @@ def main(partitions: str, out: Path, mode: str, timeout_s: float) -> None:
     t0 = time.perf_counter()
     record = {"error": None, "type": None}
     try:
-        trainer.train_gcn(trainer.GCNTrainConfig(partitions=partitions, epochs=6, timeout_s=timeout_s, progress=False))
+        trainer.train_gcn(trainer.GCNTrainConfig(partitions=partitions, epochs=6,
+                                                 runtime=RuntimeConfig(timeout_s=timeout_s, progress=False)))
     except DistributedError as err:
         record = {"error": str(err), "type": type(err).__name__}
     record["elapsed_s"] = time.perf_counter() - t0

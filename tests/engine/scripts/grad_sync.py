@@ -11,9 +11,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from haloflow.engine.dist import init_from_env, shutdown
+from haloflow.engine.runtime import init_from_env, shutdown
 from haloflow.engine.grad_sync import BucketedGradSync, GradSyncConfig
-from haloflow.engine.halo import CommStats
+from haloflow.engine.comm import CommStats
 
 SHAPES = [(7, 3), (3,), (20, 5), (5,), (4, 4)]
 
@@ -39,6 +39,7 @@ def main(out: Path) -> None:
         for i, p in enumerate(params):
             result[f"step{step}_p{i}"] = p.grad.numpy().copy()
     result["grad_bytes"] = np.array(stats.grad_bytes)
+    result["bucket_sizes"] = np.array(sync.bucket_sizes)
     np.savez(out / f"rank{ctx.rank}.npz", **result)
     shutdown()
 

@@ -10,8 +10,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from haloflow.engine.dist import init_from_env, shutdown
-from haloflow.engine.halo import CommStats, HaloExchange, HaloSelection
+from haloflow.engine.runtime import init_from_env, shutdown
+from haloflow.engine.comm import CommStats
+from haloflow.engine.gcn.halo import HaloExchange, HaloSelection
 
 sys.path.insert(0, str(Path(__file__).parent))
 from common import parts_of, small_dataset  # noqa: E402

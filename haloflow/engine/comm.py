@@ -1,0 +1,202 @@
+"""Communication shared by every distributed model: one stats type, waiting on handles, small gathers, all-to-all.
+
+Every collective in the engine follows the same three parts: *start* it (``async_op=True``, returns a handle),
+do the work that does not need it, *wait* as late as possible. ``wait_work`` is the one place where a handle is
+waited on: it turns a dead or silent peer into a ``DistributedError`` naming the operation, and adds the time
+this thread spent blocked to ``CommStats`` under the operation's kind.
+
+``CommStats`` counts, per kind (``"halo"``, ``"halo_grad"``, ``"grad"``, ``"input_lengths"``, ``"pooled"``, ...),
+the bytes this rank sends to *other* ranks (self-sends are local copies), the number of calls, and the seconds
+spent blocked in ``wait``. On CUDA, ``wait`` only orders streams (the host does not block), so blocked time is a
+host-side measure on CPU only; the benchmarks time overlap with a control schedule instead (``bench/gcn_dist``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+from haloflow.errors import DistributedError
+
+__all__ = [
+    "Group",
+    "group_rank",
+    "group_size",
+    "CommStats",
+    "wait_work",
+    "all_gather_rows",
+    "AllToAllHandle",
+    "all_to_all",
+]
+
+Group = object  # a torch.distributed ProcessGroup, or None for a single process without a group
+
+HALO_KINDS = ("halo", "halo_grad")
+
+
+def group_rank(group: Group | None) -> int:
+    return 0 if group is None else dist.get_rank(group)
+
+
+def group_size(group: Group | None) -> int:
+    return 1 if group is None else dist.get_world_size(group)
+
+
+@dataclass
+class CommStats:
+    """One rank's communication, by kind: bytes sent to other ranks, calls, seconds blocked in ``wait``.
+
+    The trainers reset it every step or epoch. The named properties sum the kinds a model family uses.
+    """
+
+    bytes: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    calls: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    blocked: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+
+    def record(self, kind: str, nbytes: int) -> None:
+        self.bytes[kind] += int(nbytes)
+        self.calls[kind] += 1
+
+    def record_blocked(self, kind: str, seconds: float) -> None:
+        self.blocked[kind] += seconds
+
+    def total(self) -> int:
+        return sum(self.bytes.values())
+
+    def snapshot(self) -> dict[str, int]:
+        """The non-zero byte counts, by kind."""
+        return {k: v for k, v in sorted(self.bytes.items()) if v}
+
+    def reset(self) -> None:
+        self.bytes.clear()
+        self.calls.clear()
+        self.blocked.clear()
+
+    # -------------------------------------------------------------------------------- sums of kinds
+    @property
+    def halo_bytes(self) -> int:
+        return sum(self.bytes[k] for k in HALO_KINDS)
+
+    @property
+    def halo_exchanges(self) -> int:
+        return sum(self.calls[k] for k in HALO_KINDS)
+
+    @property
+    def halo_blocked_s(self) -> float:
+        return sum(self.blocked[k] for k in HALO_KINDS)
+
+    @property
+    def grad_bytes(self) -> int:
+        return self.bytes["grad"]
+
+    @property
+    def grad_blocked_s(self) -> float:
+        return self.blocked["grad"]
+
+    @property
+    def blocked_s(self) -> float:
+        return sum(self.blocked.values())
+
+
+def wait_work(work, what: str, stats: CommStats | None = None, kind: str | None = None) -> None:
+    """Wait for an async collective, turning a dead or silent peer into a ``DistributedError``.
+
+    A peer that crashed closes its sockets (gloo raises at once); one that hangs makes gloo raise after the
+    process group's timeout. Either way the caller gets one clear error naming ``what`` instead of a hang.
+    """
+    if work is None:
+        return
+    t0 = time.perf_counter()
+    try:
+        work.wait()  # CPU/gloo: blocks this thread; CUDA/NCCL: makes the current stream wait, host returns
+    except RuntimeError as err:
+        rank = dist.get_rank() if dist.is_initialized() else 0
+        raise DistributedError(
+            f"rank {rank}: {what} failed - a peer process died or did not answer within the process group "
+            f"timeout ({str(err).splitlines()[0][:300]})"
+        ) from err
+    finally:
+        if stats is not None and kind is not None:
+            stats.record_blocked(kind, time.perf_counter() - t0)
+
+
+def all_gather_rows(values: Sequence[float], group: Group | None, what: str) -> Tensor:
+    """Every rank's row of numbers: (K, len(values)) float64 on the CPU, rows in rank order; one small collective.
+
+    For metrics and start-up checks. ``group=None`` gives the one row of this process.
+    """
+    row = torch.tensor([float(v) for v in values], dtype=torch.float64)
+    if group is None:
+        return row[None]
+    # NCCL moves only device tensors; gloo only host ones. The rows are tiny either way.
+    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend(group) == "nccl" else "cpu"
+    row = row.to(device)
+    rows = torch.empty(group_size(group), row.numel(), dtype=torch.float64, device=device)
+    try:
+        dist.all_gather(list(rows.unbind(0)), row, group=group)
+    except RuntimeError as err:
+        raise DistributedError(f"rank {group_rank(group)}: {what} failed - a peer process died or did not answer "
+                               f"within the timeout ({str(err).splitlines()[0][:300]})") from err
+    return rows.cpu()
+
+
+class AllToAllHandle:
+    """A flat all-to-all in flight; ``wait()`` returns the received tensor (sources in rank order)."""
+
+    def __init__(self, work, output: Tensor, kind: str = "all_to_all", stats: CommStats | None = None):
+        self._work = work
+        self._output = output
+        self._kind = kind
+        self._stats = stats
+
+    def wait(self) -> Tensor:
+        if self._work is not None:
+            # Blocks until every peer's block has arrived; a dead peer becomes a DistributedError.
+            wait_work(self._work, f"all-to-all ({self._kind})", self._stats, self._kind)
+            self._work = None
+        return self._output
+
+
+def all_to_all(
+    send: Tensor,
+    send_splits: Sequence[int],
+    recv_splits: Sequence[int],
+    *,
+    group: Group | None,
+    stats: CommStats | None = None,
+    kind: str = "all_to_all",
+    out: Tensor | None = None,
+) -> AllToAllHandle:
+    """Start an all-to-all of a 1-D tensor with per-rank element counts (uneven splits allowed).
+
+    Args:
+        send: (sum send_splits,) elements, block p goes to rank p.
+        send_splits / recv_splits: K element counts; the receive counts must match what the peers send.
+        out: a preallocated (sum recv_splits,) receive buffer (default: a new one).
+
+    Shapes:
+        send (sum send_splits,) -> wait() (sum recv_splits,)
+    """
+    send_splits, recv_splits = [int(n) for n in send_splits], [int(n) for n in recv_splits]
+    if send.numel() != sum(send_splits):
+        raise ValueError(f"all_to_all: send has {send.numel()} elements but the splits add up to {sum(send_splits)}")
+    output = send.new_empty(sum(recv_splits)) if out is None else out
+    if group is None:  # one process: the only block is our own
+        output.copy_(send)
+        return AllToAllHandle(None, output)
+    rank = dist.get_rank(group)
+    if stats is not None:
+        stats.record(kind, send.element_size() * sum(n for p, n in enumerate(send_splits) if p != rank))
+    try:
+        work = dist.all_to_all_single(output, send.contiguous(), recv_splits, send_splits, group=group,
+                                      async_op=True)
+    except RuntimeError as err:
+        raise DistributedError(f"rank {rank}: could not launch the all-to-all ({kind}): "
+                               f"{str(err).splitlines()[0]}") from err
+    return AllToAllHandle(work, output, kind, stats)
