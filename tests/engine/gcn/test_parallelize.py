@@ -45,6 +45,8 @@ def test_single_process_part_needs_no_group():
 
 
 def test_config_validation():
+    with pytest.raises(ConfigError, match="schedule must be one of .*got 'late'"):
+        HaloConfig(schedule="late")
     with pytest.raises(ConfigError, match="staleness must be 0 .* or 1 .*, got 2"):
         HaloConfig(staleness=2)
     with pytest.raises(ConfigError, match=r"halo_keep must be in \(0, 1\], got 0.0"):
@@ -148,3 +150,21 @@ def test_parallelize_checks_the_layout_before_communicating():
             parallelize_gcn(model, part, dist.group.WORLD)
     finally:
         dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_the_exchange_is_in_flight_while_the_inner_spmm_runs(tmp_path):
+    """On a real gloo group: forward launches, computes A_inner @ x, then waits; backward launches the reverse
+    exchange, runs A_inner's backward, then waits. The control schedule (the benchmark's baseline) must not, so
+    the order really depends on the schedule."""
+    import json
+
+    proc = run_torchrun(SCRIPTS / "overlap_order.py", 2, [tmp_path], timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for r in range(2):
+        rec = json.loads((tmp_path / f"rank{r}.json").read_text())
+        assert rec["overlap"] == ["launch:fwd", "inner:fwd", "wait:fwd", "-- backward --",
+                                  "launch:bwd", "inner:bwd", "wait:bwd"], rec["overlap"]
+        assert rec["wait_first"] == ["launch:fwd", "wait:fwd", "inner:fwd", "-- backward --",
+                                     "inner:bwd", "launch:bwd", "wait:bwd"], rec["wait_first"]
+        assert rec["overlap_y"] == rec["wait_first_y"] and rec["overlap_grad"] == rec["wait_first_grad"]
