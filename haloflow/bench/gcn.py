@@ -4,14 +4,22 @@ Graph: random, symmetric, no self-loops, ``--nodes`` nodes and about ``--entries
 200,000 / 2.2 M); features (N, 128) and labels in 40 classes drawn from a seeded RNG. Model 128 -> 128 -> 40,
 dropout 0.5, Adam, cross-entropy over all nodes. One epoch = forward + backward + optimizer step.
 
-Contestants (each timed for one epoch in turn, round after round, so load from other processes hits all alike):
+Contestants (each timed for one epoch in turn, round after round, so load from other processes hits all alike).
+The headline computes the peer's model - Kipf's GCN, dropout on the layer's input X, every SpMM every epoch -
+and the optimisations follow, labelled, each against the row it changes:
 
-    haloflow           GCN(precompute_first=True): layer 0's A_hat X computed once before training
-    haloflow-noprecomp GCN(precompute_first=False): A_hat X recomputed every epoch (same math)
-    pyg-sparse         2 x GCNConv(cached=True) on a torch.sparse_csr adjacency (PyG's supported sparse input)
-    pyg-edge_index     2 x GCNConv(cached=True) on edge_index (gather / scatter message passing)
+    haloflow                  GCN(precompute_first=False): Kipf's model, the same math as PyG's GCNConv
+    pyg-sparse                2 x GCNConv(cached=True) on a torch.sparse_csr adjacency (PyG's sparse input)
+    pyg-edge_index            2 x GCNConv(cached=True) on edge_index (gather / scatter message passing)
+    dgl                       2 x dgl GraphConv(norm="both") on the graph with self-loops, when dgl imports
+    haloflow+precompute       optimisation: layer 0's A_hat X once before training, dropout moved onto A_hat X
+                              (a different dropout placement, and the widest SpMM skipped)
+    haloflow-torch-kernel     haloflow with torch.sparse.mm instead of the numba SpMM kernel (what numba adds)
+    haloflow-nodropout        dropout 0: the compute alone, against ...
+    pyg-sparse-nodropout      ... PyG with dropout 0 (torch's dropout draws a Bernoulli per element, and on CPU
+                              that costs about as much as the SpMMs; haloflow's mask is a counter-based hash)
 
-Target (issue "Full-batch distributed GCN"): haloflow <= 0.5 x pyg-sparse epoch time.
+Target (issue "One engine that scales"): haloflow <= 0.5 x pyg-sparse epoch time on the same model.
 
 SpMM table: forward ``A @ X`` and backward ``A^T @ G`` (our custom autograd function with the transpose built
 once) for both kernels at widths 16, 40, 128, and torch's own sparse autograd backward for reference.
@@ -111,9 +119,11 @@ def make_contestants(graph: CSRGraph, x: torch.Tensor, y: torch.Tensor, args) ->
     ids = torch.arange(n)
     mask = torch.ones(n, dtype=torch.bool)
     steps = {}
-    for name, pre in (("haloflow", True), ("haloflow-noprecomp", False)):
-        cfg = GCNConfig(in_dim=dims[0], out_dim=dims[2], hidden_dim=dims[1], dropout=0.5, precompute_first=pre)
-        model, agg = GCN(cfg).train(), LocalAggregator(graph, cfg.norm, kernel=args.kernel)
+    variants = {"haloflow": (False, args.kernel, 0.5), "haloflow+precompute": (True, args.kernel, 0.5),
+                "haloflow-torch-kernel": (False, "torch", 0.5), "haloflow-nodropout": (False, args.kernel, 0.0)}
+    for name, (pre, kernel, p) in variants.items():
+        cfg = GCNConfig(in_dim=dims[0], out_dim=dims[2], hidden_dim=dims[1], dropout=p, precompute_first=pre)
+        model, agg = GCN(cfg).train(), LocalAggregator(graph, cfg.norm, kernel=kernel)
         opt = torch.optim.Adam(model.parameters(), lr=0.01)
         state = {"epoch": 0}
 
@@ -130,9 +140,10 @@ def make_contestants(graph: CSRGraph, x: torch.Tensor, y: torch.Tensor, args) ->
         check_invariants=False,
     )
     edge_index = torch.from_numpy(np.stack([src, dst]))
-    for name, adj in (("pyg-sparse", adj_t), ("pyg-edge_index", edge_index)):
+    for name, adj, p in (("pyg-sparse", adj_t, 0.5), ("pyg-edge_index", edge_index, 0.5),
+                         ("pyg-sparse-nodropout", adj_t, 0.0)):
         torch.manual_seed(args.seed)
-        model = PygGCN(dims, 0.5).train()
+        model = PygGCN(dims, p).train()
         opt = torch.optim.Adam(model.parameters(), lr=0.01)
 
         def step(model=model, opt=opt, adj=adj):
@@ -141,7 +152,43 @@ def make_contestants(graph: CSRGraph, x: torch.Tensor, y: torch.Tensor, args) ->
             opt.step()
 
         steps[name] = step
+    dgl_step = _dgl_contestant(graph, x, y, dims, args.seed)
+    if dgl_step is not None:
+        steps["dgl"] = dgl_step
     return steps
+
+
+# name -> the row it is measured against (the same model, one thing changed)
+PEERS = {"haloflow": "pyg-sparse", "pyg-edge_index": "pyg-sparse", "dgl": "pyg-sparse",
+         "haloflow+precompute": "haloflow", "haloflow-torch-kernel": "haloflow",
+         "haloflow-nodropout": "pyg-sparse-nodropout"}
+
+
+def _dgl_contestant(graph: CSRGraph, x: torch.Tensor, y: torch.Tensor, dims: list[int], seed: int):
+    """DGL's GraphConv (norm="both" on A + I = Kipf's GCN) when dgl imports; None (and a note) otherwise."""
+    try:
+        import dgl
+        from dgl.nn import GraphConv
+    except Exception as err:  # not installed, or a wheel built for another torch
+        log.info("dgl: not installed (%s)", str(err).splitlines()[0][:80] if str(err) else type(err).__name__)
+        return None
+    src, dst = graph.edges()
+    g = dgl.add_self_loop(dgl.graph((torch.from_numpy(src), torch.from_numpy(dst)), num_nodes=graph.num_nodes))
+    torch.manual_seed(seed)
+    convs = torch.nn.ModuleList(GraphConv(dims[i], dims[i + 1], norm="both") for i in range(len(dims) - 1))
+    opt = torch.optim.Adam(convs.parameters(), lr=0.01)
+
+    def step():
+        h = x
+        for i, conv in enumerate(convs):
+            h = conv(g, F.dropout(h, 0.5, True))
+            if i < len(convs) - 1:
+                h = F.relu(h)
+        opt.zero_grad()
+        F.cross_entropy(h, y).backward()
+        opt.step()
+
+    return step
 
 
 def bench_epochs(steps: dict, epochs: int, warmup: int, skip: set[str]) -> dict[str, list[float]]:
@@ -158,12 +205,14 @@ def bench_epochs(steps: dict, epochs: int, warmup: int, skip: set[str]) -> dict[
 
 
 def perf_model(graph: CSRGraph, d: list[int]) -> dict:
-    """FLOPs and main-memory bytes of one haloflow epoch (precompute on), counting the big terms only."""
+    """FLOPs and main-memory bytes of one epoch of Kipf's model (no precompute), counting the big terms only."""
     n, nnz = graph.num_nodes, graph.num_edges + graph.num_nodes  # + self-loops
-    flops = 2 * n * d[0] * d[1] * 2  # layer 0: (A X) W0 forward and its weight gradient
+    w0 = d[1] if d[1] < d[0] else d[0]  # layer 0 aggregates the narrower side
+    flops = 2 * n * d[0] * d[1] * 2  # layer 0: X W0 forward and its weight gradient (X needs no gradient)
+    flops += 2 * nnz * w0  # layer 0 SpMM forward (no backward into X)
     flops += 2 * n * d[1] * d[2] * 3  # layer 1: H W1 forward, grad W1, grad H
     flops += 2 * nnz * d[2] * 2  # layer 1 SpMM forward + backward at width d[2]
-    spmm_bytes = 2 * nnz * (d[2] * 4 + 16)  # gathers of F floats + index and value per entry, fwd + bwd
+    spmm_bytes = nnz * (w0 * 4 + 16) + 2 * nnz * (d[2] * 4 + 16)  # gathers of F floats + index and value
     return dict(gflop=flops / 1e9, spmm_gbytes=spmm_bytes / 1e9)
 
 
@@ -202,8 +251,11 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     med = {name: statistics.median(ts) for name, ts in times.items()}
     ref = med.get("pyg-sparse")
     print()
-    print(format_table(["contestant", "epoch s (median)", "min s", "x pyg-sparse"],
-                       [[k, med[k], min(times[k]), None if ref is None else med[k] / ref] for k in times],
+    rows = [[k, med[k], min(times[k]), PEERS.get(k, "-"), med[k] / med[PEERS[k]] if PEERS.get(k) in med else None]
+            for k in times]
+    if "dgl" not in steps:
+        rows.append(["dgl", None, None, "not installed", None])
+    print(format_table(["contestant", "epoch s (median)", "min s", "against", "ratio"], rows,
                        title=f"GCN epoch {args.in_dim}->{args.hidden}->{args.out_dim}, {args.threads} threads"))
     model = perf_model(graph, [args.in_dim, args.hidden, args.out_dim])
     if "haloflow" in med:
@@ -216,6 +268,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         spmm=spmm,
         epochs={k: dict(median_s=med[k], times_s=times[k]) for k in times},
         ratio_haloflow_vs_pyg_sparse=None if ref is None or "haloflow" not in med else med["haloflow"] / ref,
+        peers=PEERS, dgl="measured" if "dgl" in steps else "not installed",
         target_ratio=0.5,
         perf_model=model,
     )

@@ -1,15 +1,19 @@
 """Distributed GCN epoch time at K = 1, 2, 4 ranks, bytes exchanged against the prediction, overlap, cost model.
 
-    haloflow bench gcn-dist [--scale 20] [--ks 1,2,4] [--epochs 5] [--out bench-results/gcn_dist.json]
+    haloflow bench gcn-dist [--scale 20] [--ks 1,2,4] [--epochs 5] [--device cpu] [--out bench-results/gcn_dist.json]
 
 A planted-partition graph of 2^scale nodes is partitioned (METIS) for each K; ``torchrun`` runs each K with
 OMP threads = cores / K per rank (at least 1). Per K it reports:
 
-- epoch time (median training step after one warm-up epoch) and its ratio to K = 1;
+- epoch time (median training step after one warm-up epoch per schedule) and its ratio to K = 1;
 - halo bytes per epoch, measured by the engine, next to the prediction (halo sizes x width x 4 bytes, forward
   and backward) - they must be equal;
-- overlap = 1 - (time blocked on halos) / (time of the same exchanges run alone, blocking);
-- the cost model's predicted epoch time (``haloflow.engine.cost_model``) from the partition statistics, compute
+- the overlapped schedule against a control that waits for every halo before any inner compute (forward and
+  backward), interleaved in one job on the same partition; the bare all-to-alls of one epoch on preallocated
+  buffers, and the inner SpMMs alone (forward and backward); overlap = (T_control - T_overlapped) /
+  min(T_exchange, T_inner): the share of the hideable time that the schedule really hid. A schedule that hides
+  nothing scores about 0, whatever the blocked time says;
+- the cost model's predicted epoch time (``haloflow.engine.gcn.cost_model``) from the partition statistics, compute
   rates measured here in one process and the bandwidth of the standalone exchange. The rate of "other" work per
   activation element comes from timing a whole single-process training step with the same threads, so K = 1
   is the calibration point and K = 2, 4 are the predictions to judge.
@@ -21,7 +25,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -40,53 +43,128 @@ def _model_config(args, in_dim: int, out_dim: int):
 
 
 # ------------------------------------------------------------------------------------------------ worker (per rank)
-def _standalone_exchange_s(agg, model_cfg, repeats: int = 3) -> float:
-    """Seconds of one epoch's halo exchanges (forward and backward) run alone, blocking, on this rank."""
-    from haloflow.engine.cost_model import _exchange_widths
-    from haloflow.engine.halo import HaloExchange
+def _barrier_time(fn, device, repeats: int) -> float:
+    """Median seconds of ``fn`` over ``repeats`` runs, every run started together on all ranks."""
+    from haloflow.engine.runtime import synchronize
 
-    best = float("inf")
-    widths = _exchange_widths(model_cfg)
-    exchanges = [HaloExchange.from_part(agg.part, agg.group) for _ in widths]
-    for _ in range(repeats + 1):
+    times = []
+    for _ in range(repeats):
         torch.distributed.barrier()
+        synchronize(device)  # on CUDA the clock reads the device's finished work
         t0 = time.perf_counter()
-        for ex, w in zip(exchanges, widths):
-            x = torch.ones(agg.part.n_inner, w, requires_grad=True)
-            halo = ex.start(x).wait()  # nothing to overlap with: the full exchange time
-            halo.sum().backward()  # the reverse exchange
-        best = min(best, time.perf_counter() - t0)
-    return best
+        fn()
+        synchronize(device)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def _bare_exchanges(agg, widths, device) -> callable:
+    """One epoch's all-to-alls (each exchanging layer, forward and backward) on preallocated buffers, nothing else."""
+    import torch.distributed as dist
+
+    calls = []
+    for layer, w in widths:
+        ex = agg._exact[layer]
+        send = torch.zeros(ex.send_ids.numel(), w, device=device)  # (sum send, w)
+        halo = torch.zeros(ex.n_halo, w, device=device)  # (n_halo, w)
+        calls.append((halo, send, ex.recv_counts, ex.send_counts))  # forward: rows to the halo holders
+        calls.append((send, halo, ex.send_counts, ex.recv_counts))  # backward: halo gradients to the owners
+
+    def run():
+        for out, inp, recv, sent in calls:
+            dist.all_to_all_single(out, inp, recv, sent, group=agg.group)  # blocking: the exchange alone
+
+    return run
+
+
+def _inner_compute(agg, widths, device) -> callable:
+    """One epoch's inner SpMMs alone (A_inner @ h forward and its backward), the work an exchange can hide behind."""
+    xs = [torch.randn(agg.part.n_inner, w, device=device, requires_grad=True) for _, w in widths]
+    gs = [torch.randn(agg.part.n_inner, w, device=device) for _, w in widths]
+
+    def run():
+        for x, g in zip(xs, gs):
+            (agg.a_inner @ x).backward(g)
+            x.grad = None
+
+    return run
 
 
 def worker(args) -> None:
-    from haloflow.engine.dist import init_from_env, shutdown
-    from haloflow.engine.train_gcn import GCNTrainConfig, train_gcn
+    from dataclasses import replace
 
-    ctx = init_from_env(timeout_s=600, force_distributed=True)
-    cfg = GCNTrainConfig(partitions=args.partitions, epochs=args.epochs + 1, hidden_dim=args.hidden,
-                         num_layers=args.layers, progress=False, normalize_features=False)
-    result = train_gcn(cfg)
-    # rebuild the aggregator's view to time the exchanges alone (same part, same widths)
-    from haloflow.engine.parallelize import HaloAggregator
-    from haloflow.partition.format import load_partition
+    from haloflow.engine.comm import all_gather_rows
+    from haloflow.engine.gcn.train import GCNTrainConfig, setup_gcn
+    from haloflow.engine.runtime import Runtime, RuntimeConfig
+    from haloflow.models.gcn import gcn_loss
 
-    part = load_partition(args.partitions, ctx.rank)
-    agg = HaloAggregator(part, ctx.group)
-    model_cfg = _model_config(args, part.features.shape[1], part.num_classes)
-    alone = _standalone_exchange_s(agg, model_cfg) if ctx.world_size > 1 else 0.0
-    rows = torch.zeros(ctx.world_size, dtype=torch.float64)
-    torch.distributed.all_gather(list(rows.view(-1, 1).unbind(0)), torch.tensor([alone], dtype=torch.float64))
-    if ctx.rank == 0:
-        hist = result.history[1:]  # skip the warm-up epoch
-        Path(args.worker_out).write_text(json.dumps({
-            "epoch_s": statistics.median(e.epoch_s for e in hist),
-            "eval_s": statistics.median(e.eval_s for e in hist),
-            "halo_bytes": [e.halo_bytes for e in hist],
-            "halo_blocked_s": statistics.median(e.halo_blocked_s for e in hist),
-            "exchange_alone_s": float(rows.max()),
-        }))
-    shutdown()
+    cfg = GCNTrainConfig(partitions=args.partitions, hidden_dim=args.hidden, num_layers=args.layers,
+                         normalize_features=False, runtime=RuntimeConfig(timeout_s=600, progress=False,
+                                                                         device=args.device))
+    with Runtime.start(cfg.runtime, distributed=True) as rt:
+        device, K = rt.layout.device, rt.layout.world_size
+        model, agg, sync, local, stats = setup_gcn(cfg, rt)
+        n_train = int(all_gather_rows([float(local.masks[0].sum())], rt.layout.group, "counting").sum())
+        opt = torch.optim.Adam(model.param_groups(cfg.weight_decay), lr=cfg.lr)
+        model.precompute(local.x, agg)
+        model.train()
+        epoch = [0]
+
+        def step():
+            agg.set_epoch(epoch[0], True)
+            logits = model(local.x, agg, local.node_ids, epoch[0])
+            opt.zero_grad(set_to_none=True)
+            gcn_loss(logits, local.labels, local.masks[0], n_train).backward()
+            sync.wait()
+            opt.step()
+            epoch[0] += 1
+
+        schedules = {name: replace(agg.config, schedule=name) for name in ("overlap", "wait_first")}
+        for config in schedules.values():  # warm-up: buffers, kernels, both schedules once
+            agg.config = config
+            step()
+        times = {name: [] for name in schedules}
+        for r in range(args.epochs):  # interleaved, so both see the same machine
+            order = list(schedules) if r % 2 == 0 else list(schedules)[::-1]
+            for name in order:
+                agg.config = schedules[name]
+                times[name].append(_barrier_time(step, device, 1))
+        stats.reset()
+        agg.config = schedules["overlap"]
+        step()
+        halo_bytes = stats.halo_bytes
+        widths = [(layer, w) for layer, w in _layer_widths(model.config)]
+        exchange_s = _barrier_time(_bare_exchanges(agg, widths, device), device, 5) if K > 1 else 0.0
+        inner_s = _barrier_time(_inner_compute(agg, widths, device), device, 5)
+        row = [statistics.median(times["overlap"]), statistics.median(times["wait_first"]), exchange_s, inner_s,
+               halo_bytes]
+        rows = torch.zeros(K, len(row), dtype=torch.float64)
+        torch.distributed.all_gather(list(rows.unbind(0)), torch.tensor(row, dtype=torch.float64))
+        if rt.layout.is_main:
+            slowest = rows.max(0).values
+            Path(args.worker_out).write_text(json.dumps({
+                "epoch_s": float(slowest[0]), "control_epoch_s": float(slowest[1]),
+                "exchange_alone_s": float(slowest[2]), "inner_alone_s": float(slowest[3]),
+                "halo_bytes": int(rows[:, 4].sum()), "threads_per_rank": rt.threads, "device": str(device),
+                "epochs_each": args.epochs,
+            }))
+
+
+def _layer_widths(model_cfg) -> list[tuple[int, int]]:
+    """(layer, width it exchanges) of every layer that exchanges halos (layer 0 is precomputed)."""
+    d = model_cfg.dims
+    return [(layer, d[layer + 1] if model_cfg.transform_first(layer) else d[layer])
+            for layer in range(1, model_cfg.num_layers)]
+
+
+def overlap_ratio(control_s: float, overlapped_s: float, exchange_s: float, inner_s: float) -> float | None:
+    """How much of the hideable time the overlapped schedule hid: (T_control - T_overlapped) / min(T_exch, T_inner).
+
+    1.0: all of the smaller of the two was hidden; 0: nothing (the schedules took equally long); negative: the
+    overlapped schedule was slower.
+    """
+    hideable = min(exchange_s, inner_s)
+    return (control_s - overlapped_s) / hideable if hideable > 0 else None
 
 
 # ------------------------------------------------------------------------------------------------ rates
@@ -102,7 +180,7 @@ def _time(fn, repeats: int = 3) -> float:
 
 def measure_rates(graph, threads: int, width: int):
     """Per-unit compute costs on this machine with ``threads`` threads (one process)."""
-    from haloflow.engine.cost_model import Rates
+    from haloflow.engine.gcn.cost_model import Rates
     from haloflow.models.aggregate import LocalAggregator
     from haloflow.models.dropout import keyed_dropout
 
@@ -120,7 +198,7 @@ def measure_rates(graph, threads: int, width: int):
 def measure_other_rate(dataset, model_cfg, rates, threads: int, repeats: int = 3) -> float:
     """Seconds per activation element that a whole training step (one process, the full graph) spends beyond
     the cost model's SpMM, GEMM and dropout terms: bias, relu, loss, backward elementwise kernels, Adam."""
-    from haloflow.engine.cost_model import PartLoad, predict_epoch
+    from haloflow.engine.gcn.cost_model import PartLoad, predict_epoch
     from haloflow.models import GCN, LocalAggregator, gcn_loss
 
     torch.set_num_threads(threads)
@@ -154,11 +232,12 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     p = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--scale", type=int, default=20, help="2^scale nodes")
     p.add_argument("--ks", default="1,2,4")
-    p.add_argument("--epochs", type=int, default=5, help="timed epochs (after one warm-up)")
+    p.add_argument("--epochs", type=int, default=5, help="timed epochs per schedule (after one warm-up each)")
     p.add_argument("--feat", type=int, default=64)
     p.add_argument("--hidden", type=int, default=64)
     p.add_argument("--layers", type=int, default=3)
     p.add_argument("--degree", type=float, default=10.0)
+    p.add_argument("--device", default="cpu", help="cpu (gloo) or cuda (NCCL, one GPU per rank)")
     p.add_argument("--out", default="bench-results/gcn_dist.json")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--partitions", help=argparse.SUPPRESS)
@@ -170,17 +249,20 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     from dataclasses import replace
 
     from haloflow.data.generators import sbm_dataset
-    from haloflow.engine.cost_model import PartLoad, halo_bytes_per_epoch, predict_epoch
+    from haloflow.engine.gcn.cost_model import PartLoad, halo_bytes_per_epoch, predict_epoch
+    from haloflow.engine.launch import launch_torchrun
     from haloflow.partition.api import PartitionConfig
     from haloflow.partition.format import load_partition
     from haloflow.partition.pipeline import partition_dataset
+    from haloflow.utils.atomic import atomic_write_text
     from haloflow.utils.table import format_table
 
     ks = [int(k) for k in args.ks.split(",")]
     n = 1 << args.scale
     t0 = time.perf_counter()
     dataset = sbm_dataset(num_nodes=n, avg_degree=args.degree, feature_dim=args.feat, num_classes=16)
-    print(f"graph: {n:,} nodes, {dataset.graph.num_edges:,} entries ({time.perf_counter() - t0:.1f} s)", flush=True)
+    print(f"graph: {n:,} nodes, {dataset.graph.num_edges:,} entries ({time.perf_counter() - t0:.1f} s); "
+          f"{CORES} cores here", flush=True)
     model_cfg = _model_config(args, args.feat, dataset.num_classes)
     rows, records = [], []
     base = None
@@ -193,12 +275,10 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
             loads = [PartLoad.from_part(load_partition(parts_dir, r)) for r in range(k)]
             threads = max(1, CORES // k)
             out = Path(tmp) / f"k{k}.json"
-            env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
-            cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(k),
-                   "-m", "haloflow.bench.gcn_dist", "--worker", "--partitions", str(parts_dir),
-                   "--worker-out", str(out), "--epochs", str(args.epochs), "--hidden", str(args.hidden),
-                   "--layers", str(args.layers)]
-            proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+            proc = launch_torchrun(k, ["-m", "haloflow.bench.gcn_dist", "--worker", "--partitions", parts_dir,
+                                       "--worker-out", out, "--epochs", args.epochs, "--hidden", args.hidden,
+                                       "--layers", args.layers, "--device", args.device],
+                                   threads_per_rank=threads, capture_output=True, text=True)
             if proc.returncode != 0:
                 sys.exit(f"K={k} failed:\n{proc.stderr[-3000:]}")
             res = json.loads(out.read_text())
@@ -208,33 +288,35 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
             oversub = max(1.0, k * threads / CORES)  # K processes sharing fewer cores run proportionally slower
             rates = replace(rates, spmm_s=rates.spmm_s * oversub, gemm_s=rates.gemm_s * oversub,
                             elem_s=rates.elem_s * oversub)
-            if k > 1 and res["exchange_alone_s"] > 0:  # bandwidth of the standalone exchange, per rank
+            if k > 1 and res["exchange_alone_s"] > 0:  # bandwidth of the bare exchange, per rank
                 worst = max(loads, key=lambda ld: ld.n_send + ld.n_halo)
-                per_rank_bytes = halo_bytes_per_epoch([worst], model_cfg)
-                rates = replace(rates, byte_s=res["exchange_alone_s"] / per_rank_bytes)
+                rates = replace(rates, byte_s=res["exchange_alone_s"] / halo_bytes_per_epoch([worst], model_cfg))
             pred = predict_epoch(loads, model_cfg, rates)
             base = base or res["epoch_s"]
-            overlap = (1 - res["halo_blocked_s"] / res["exchange_alone_s"]) if k > 1 and res["exchange_alone_s"] else None
-            measured_bytes = res["halo_bytes"][-1]
-            rows.append([k, threads, part_s, res["epoch_s"], base / res["epoch_s"], pred.total_s,
-                         measured_bytes, predicted_bytes, measured_bytes == predicted_bytes,
-                         res["exchange_alone_s"] if k > 1 else None, res["halo_blocked_s"] if k > 1 else None, overlap])
-            records.append({"k": k, "threads_per_rank": threads, "partition_s": part_s, **res,
-                            "halo_bytes_predicted": predicted_bytes, "bytes_match": measured_bytes == predicted_bytes,
+            overlap = overlap_ratio(res["control_epoch_s"], res["epoch_s"], res["exchange_alone_s"],
+                                    res["inner_alone_s"]) if k > 1 else None
+            rows.append([k, res["threads_per_rank"], res["control_epoch_s"], res["epoch_s"], base / res["epoch_s"],
+                         pred.total_s, res["exchange_alone_s"] if k > 1 else None, res["inner_alone_s"], overlap,
+                         res["halo_bytes"], res["halo_bytes"] == predicted_bytes])
+            records.append({"k": k, "partition_s": part_s, **res, "halo_bytes_predicted": predicted_bytes,
+                            "bytes_match": res["halo_bytes"] == predicted_bytes,
                             "speedup_vs_k1": base / res["epoch_s"], "overlap": overlap,
                             "predicted_epoch_s": pred.total_s, "predicted_compute_s": pred.compute_s,
                             "predicted_comm_s": pred.comm_s, "predicted_exposed_s": pred.exposed_s,
                             "rates": rates.__dict__, "halo_rows": sum(ld.n_halo for ld in loads)})
-            print(f"K={k}: epoch {res['epoch_s']:.3f} s, predicted {pred.total_s:.3f} s", flush=True)
-    headers = ["K", "thr", "partition s", "epoch s", "speedup", "model s", "halo bytes", "predicted", "equal",
-               "exchange s", "blocked s", "overlap"]
-    print(format_table(headers, rows, title=f"GCN epoch, {n:,} nodes, {args.layers} layers, hidden {args.hidden}"))
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"scale": args.scale, "nodes": n, "entries": dataset.graph.num_edges,
-                               "model": model_cfg.__dict__, "cores": CORES, "runs": records}, indent=1))
-    print(f"wrote {out}")
+            print(f"K={k}: control {res['control_epoch_s']:.3f} s, overlapped {res['epoch_s']:.3f} s, "
+                  f"exchange alone {res['exchange_alone_s']:.3f} s, inner alone {res['inner_alone_s']:.3f} s",
+                  flush=True)
+    headers = ["K", "thr/rank", "control s", "overlapped s", "speedup", "model s", "exchange s", "inner s",
+               "overlap", "halo bytes", "= predicted"]
+    print(format_table(headers, rows, title=f"GCN epoch, {n:,} nodes, {args.layers} layers, hidden {args.hidden}, "
+                       f"{args.device}; overlap = (control - overlapped) / min(exchange, inner)"))
+    atomic_write_text(args.out, json.dumps({"scale": args.scale, "nodes": n, "entries": dataset.graph.num_edges,
+                                            "model": model_cfg.__dict__, "cores": CORES, "device": args.device,
+                                            "runs": records}, indent=1) + "\n")
+    print(f"wrote {args.out}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
