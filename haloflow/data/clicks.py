@@ -31,6 +31,7 @@ from haloflow.data.criteo import KAGGLE_TABLE_SIZES
 from haloflow.data.criteo_loader import SPLITS, ClickParquetWriter
 from haloflow.data.jagged import ClickBatch, JaggedBatch
 from haloflow.errors import ConfigError
+from haloflow.data.paths import check_output_parent
 from haloflow.utils.atomic import atomic_directory
 
 __all__ = ["ClickLogConfig", "ClickLogGenerator", "CHUNK"]
@@ -194,6 +195,7 @@ class ClickLogGenerator:
         unknown = set(rows) - set(SPLITS)
         if unknown or any(n < 0 for n in rows.values()):
             raise ConfigError(f"rows must map splits {SPLITS} to counts >= 0, got {rows}")
+        check_output_parent(out)
         multi = self.config.multi_hot != 1
         with atomic_directory(out, overwrite=overwrite) as tmp:
             writer = ClickParquetWriter(tmp, table_sizes=self.sizes, num_dense=self.config.num_dense,

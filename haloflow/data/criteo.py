@@ -6,10 +6,15 @@ A raw line is tab-separated, 40 fields; an empty field is a missing value::
     0      1  5  ''  ... 2      68fd1e64  80e26c9b  ''  ...  9727dd16
     |      13 integers          26 categoricals, hex strings (8 digits in the real data)
 
+Comma-separated copies with a header line (``label,I1,...,C26``, maybe led by an ``Id`` column) are read too; each
+file's format is sniffed from its first line (``criteo_text.sniff_format``). The header is not a data line.
+
 Some copies strip trailing empty fields, so a line may have fewer than 40 fields: the missing ones are missing
 values. A line needs at least the label and the 13 integer fields (14 fields) and at most 40; anything else,
 a label other than 0/1, a non-integer I or a non-hex C makes a *bad row*: it is dropped, counted and its line
-number reported (``strict`` raises ``InputFormatError`` naming ``file:line`` at the first one instead).
+number reported (``strict`` raises ``InputFormatError`` naming ``file:line`` at the first one instead). A file
+whose every line is bad (a graph, a CSV of something else) is an ``InputFormatError``, as is an empty, binary,
+truncated or corrupt file, and the same file given twice.
 
 Output per row (FACTS.md, facebookresearch/dlrm):
     dense   I_j -> log(1 + max(x, 0)), float32; missing -> 0
@@ -29,13 +34,14 @@ Splits, by position of the line in the input (bad lines are dropped from the spl
 
 Lines are read with pyarrow's streaming CSV reader, block by block, each line as one string; fields are cut and
 parsed with Arrow kernels and numpy over the whole block (no Python work per line, except to word the message
-of the few bad rows that are reported).
+of the few bad rows that are reported). Reading and parsing live in ``criteo_text``; this module makes the passes.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import os
 import re
 import time
 from collections.abc import Callable, Iterator
@@ -44,11 +50,23 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.csv as pacsv
 
 from haloflow.data.criteo_loader import SPLITS, ClickParquetWriter
+from haloflow.data.criteo_text import (
+    NUM_DENSE,
+    NUM_FIELDS,
+    NUM_SPARSE,
+    READ_ERRORS,
+    CriteoTextFormat,
+    ParsedBlock,
+    count_lines,
+    explain_bad_line,
+    parse_block,
+    read_line_blocks,
+    sniff_format,
+    unreadable,
+)
+from haloflow.data.paths import check_output_parent
 from haloflow.errors import ConfigError, InputFormatError
 from haloflow.utils.atomic import atomic_directory, check_absent
 from haloflow.utils.progress import progress_bar
@@ -71,23 +89,12 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-NUM_DENSE = 13
-NUM_SPARSE = 26
-NUM_FIELDS = 1 + NUM_DENSE + NUM_SPARSE  # 40
-MIN_FIELDS = 1 + NUM_DENSE  # trailing categoricals may be stripped, the label and integers may not
 # Rows of the 26 categorical tables of Criteo Kaggle (facebookresearch/dlrm, FACTS.md); 33,762,577 in all.
 KAGGLE_TABLE_SIZES: tuple[int, ...] = (
     1460, 583, 10131227, 2202608, 305, 24, 12517, 633, 3, 93145, 5683, 8351593, 3194,
     27, 14992, 5461306, 10, 5652, 2173, 4, 7046547, 18, 15, 286181, 105, 142572,
 )  # fmt: skip
 _DAY = re.compile(r"^day_(\d+)(\..*)?$")
-_INT = re.compile(r"-?[0-9]{1,18}")
-_HEX = re.compile(r"[0-9a-fA-F]{1,16}")
-_HEX_LUT = np.full(256, 255, dtype=np.uint8)  # byte -> nibble, 255 = not a hex digit
-for _i, _c in enumerate(b"0123456789abcdef"):
-    _HEX_LUT[_c] = _i
-for _i, _c in enumerate(b"ABCDEF"):
-    _HEX_LUT[_c] = 10 + _i
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -123,9 +130,17 @@ class CriteoPreprocessConfig:
         object.__setattr__(self, "out", Path(self.out))
         if not self.raw:
             raise ConfigError("preprocess criteo: give at least one RAW input file")
-        for p in self.raw:
+        seen: dict[tuple[int, int], int] = {}
+        for k, p in enumerate(self.raw):
             if not p.is_file():
                 raise FileNotFoundError(f"RAW input {p} does not exist or is not a file")
+            st = os.stat(p)
+            first = seen.setdefault((st.st_dev, st.st_ino), k)  # the same file under two names counts too
+            if first != k:
+                raise ConfigError(f"RAW input {p} is given twice (inputs {first + 1} and {k + 1}"
+                                  f"{', as ' + str(self.raw[first]) if self.raw[first] != p else ''}): expected each "
+                                  f"file once, or its rows would be counted and split twice")
+        check_output_parent(self.out)
         if self.min_count is not None and self.max_ind_range is not None:
             raise ConfigError("give either --frequency-threshold (min_count) or --max-ind-range, not both")
         if self.min_count is not None and self.min_count < 1:
@@ -215,125 +230,6 @@ def split_boundaries(layout: str, line_counts: list[int]) -> tuple[int, int, int
     return train_end, train_end + math.ceil(last / 2), total
 
 
-# --------------------------------------------------------------------------- reading and parsing blocks
-
-
-def _read_blocks(path: Path, block_size: int, skipped: list[tuple[int, str]]) -> Iterator[tuple[pa.Array, int]]:
-    """Yield ``(lines, bytes)`` per block; each line is one string. Lines the reader cannot take as one
-    column (they contain the byte 0x1f, used as the never-seen delimiter) go to ``skipped`` as (number, text).
-    """
-
-    def on_invalid(row) -> str:
-        skipped.append((row.number, row.text))
-        return "skip"
-
-    reader = pacsv.open_csv(
-        path,
-        read_options=pacsv.ReadOptions(column_names=["line"], block_size=block_size, use_threads=False),
-        parse_options=pacsv.ParseOptions(
-            delimiter="\x1f", quote_char=False, escape_char=False, ignore_empty_lines=False,
-            invalid_row_handler=on_invalid,
-        ),  # fmt: skip
-        convert_options=pacsv.ConvertOptions(
-            column_types={"line": pa.string()}, strings_can_be_null=False, quoted_strings_can_be_null=False,
-            check_utf8=False,
-        ),  # fmt: skip
-    )
-    for batch in reader:
-        lines = batch.column(0)
-        yield lines, int(pc.sum(pc.binary_length(lines)).as_py() or 0) + len(lines)
-
-
-@dataclass
-class _Parsed:
-    """One block: labels int8 (n,), dense float32 (n, 13), raw categorical values uint64 (n, 26), missing
-    bool (n, 26), ok bool (n,) (False for a bad row)."""
-
-    labels: np.ndarray
-    dense: np.ndarray
-    values: np.ndarray
-    missing: np.ndarray
-    ok: np.ndarray
-
-
-def _parse_block(lines: pa.Array) -> _Parsed:
-    n = len(lines)
-    parts = pc.split_pattern(lines, "\t")  # list<string> (n,)
-    nf = pc.list_value_length(parts).to_numpy(zero_copy_only=False)
-    offs = parts.offsets.to_numpy().astype(np.int64)  # (n+1,)
-    flat = parts.flatten()
-    offs -= offs[0]
-    ok = (nf >= MIN_FIELDS) & (nf <= NUM_FIELDS)
-
-    def column(j: int) -> pa.Array:
-        present = ok & (j < nf)
-        taken = pc.take(flat, pa.array(np.where(present, offs[:-1] + j, 0)))
-        return pc.if_else(pa.array(present), taken, "")  # (n,) strings, "" = missing
-
-    label = column(0)
-    ok &= pc.or_(pc.equal(label, "0"), pc.equal(label, "1")).to_numpy(zero_copy_only=False)
-    labels = pc.equal(label, "1").to_numpy(zero_copy_only=False).astype(np.int8)
-
-    dense = np.zeros((n, NUM_DENSE), dtype=np.float32)
-    for j in range(NUM_DENSE):
-        text = column(1 + j)
-        filled = pc.if_else(pc.equal(text, ""), "0", text)
-        try:
-            ints = pc.cast(filled, pa.int64()).to_numpy()  # fast path: the whole column is clean
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-            good = pc.match_substring_regex(filled, r"^-?[0-9]{1,18}$").to_numpy(zero_copy_only=False)
-            ok &= good
-            ints = pc.cast(pc.if_else(pa.array(good), filled, "0"), pa.int64()).to_numpy()
-        dense[:, j] = np.log1p(np.maximum(ints, 0).astype(np.float64))  # log(1 + max(x, 0)), missing -> 0
-
-    values = np.zeros((n, NUM_SPARSE), dtype=np.uint64)
-    missing = np.zeros((n, NUM_SPARSE), dtype=bool)
-    for j in range(NUM_SPARSE):
-        text = column(1 + NUM_DENSE + j)
-        length = pc.binary_length(text).to_numpy(zero_copy_only=False)
-        missing[:, j] = length == 0
-        too_long = length > 16
-        ok &= ~too_long
-        values[:, j], is_hex = _parse_hex(pc.if_else(pa.array(too_long), "0", text))
-        ok &= is_hex
-    return _Parsed(labels, dense, values, missing, ok)
-
-
-def _parse_hex(text: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    """Strings of at most 16 chars -> (uint64 values (n,), is_hex (n,)); "" parses as 0. Vectorised via a
-    byte lookup table: left-pad to 16 digits, map bytes to nibbles, pack pairs into bytes, read big-endian."""
-    n = len(text)
-    padded = pc.utf8_lpad(text, width=16, padding="0")
-    offsets = np.frombuffer(padded.buffers()[1], dtype=np.int32, count=n + 1, offset=4 * padded.offset)
-    start = int(offsets[0])
-    raw = np.frombuffer(padded.buffers()[2], dtype=np.uint8, count=16 * n, offset=start).reshape(n, 16)
-    nib = _HEX_LUT[raw]  # (n, 16)
-    is_hex = (nib != 255).all(axis=1)
-    packed = (nib[:, 0::2] << 4) | (nib[:, 1::2] & 15)  # (n, 8) bytes, most significant first
-    return np.ascontiguousarray(packed).view(">u8").reshape(n).astype(np.uint64), is_hex
-
-
-def _explain(text: str) -> str:
-    """Why one line is bad, in words (called for the few reported lines only)."""
-    if "\x1f" in text:
-        return "contains the control byte 0x1f, which a Criteo TSV line never holds"
-    fields = text.split("\t")
-    if not MIN_FIELDS <= len(fields) <= NUM_FIELDS:
-        return (
-            f"expected {NUM_FIELDS} tab-separated fields (at least {MIN_FIELDS} when trailing empty ones are "
-            f"left out), found {len(fields)}"
-        )
-    if fields[0] not in ("0", "1"):
-        return f"label must be 0 or 1, found {fields[0]!r}"
-    for j, f in enumerate(fields[1 : 1 + NUM_DENSE]):
-        if f and not _INT.fullmatch(f):
-            return f"I{j + 1} must be an integer, found {f!r}"
-    for j, f in enumerate(fields[1 + NUM_DENSE :]):
-        if f and not _HEX.fullmatch(f):
-            return f"C{j + 1} must be a hex string of 1-16 digits, found {f!r}"
-    return "unparseable line"
-
-
 # --------------------------------------------------------------------------- the two passes
 
 
@@ -394,50 +290,76 @@ class _IdMap:
 
 class _Pass:
     """One pass over every input: yields parsed blocks with their global line numbers, and deals with bad rows
-    (counted; the first ``max_reported`` described; ``strict`` raises at the first)."""
+    (counted; the first ``max_reported`` described; ``strict`` raises at the first; a file with no good row
+    raises)."""
 
-    def __init__(self, config: CriteoPreprocessConfig, bar: tqdm):
-        self.config, self.bar = config, bar
-        self.line_counts: list[int] = []
+    def __init__(self, config: CriteoPreprocessConfig, bar: tqdm, formats: dict[Path, CriteoTextFormat]):
+        self.config, self.bar, self.formats = config, bar, formats
+        self.line_counts: list[int] = []  # data lines per input (a header line is not one)
         self.bad = 0
         self.first_bad: list[BadRow] = []
+        self._file_first_bad: BadRow | None = None
 
-    def blocks(self) -> Iterator[tuple[_Parsed, np.ndarray]]:
+    def blocks(self) -> Iterator[tuple[ParsedBlock, np.ndarray]]:
         """Yield ``(parsed, global_line_index (n,))`` for the good and bad rows of each block."""
         base = 0
         for path in self.config.ordered_inputs():
+            fmt = self.formats[path]
             skipped: list[tuple[int, str]] = []
             next_line = 1  # 1-based line number in this file of the next row the reader yields
-            handled = 0
-            for lines, nbytes in _read_blocks(path, self.config.block_size, skipped):
-                n = len(lines)
-                numbers = np.arange(next_line, next_line + n, dtype=np.int64)
-                for s in sorted(num for num, _ in skipped):  # skipped lines shift the rows after them
-                    numbers[numbers >= s] += 1
-                parsed = _parse_block(lines) if n else None
-                new_skips = sorted(skipped[handled:])
-                handled = len(skipped)
-                bad_idx = np.flatnonzero(~parsed.ok) if parsed is not None else np.empty(0, dtype=np.int64)
-                self._report(path, [(int(numbers[i]), lambda i=i: lines[i].as_py()) for i in bad_idx]
-                             + [(num, lambda t=text: t) for num, text in new_skips])  # fmt: skip
-                if n:
-                    next_line = int(numbers[-1]) + 1
-                    yield parsed, base + numbers - 1
-                self.bar.update(nbytes)
-            file_lines = max(next_line - 1, max((num for num, _ in skipped), default=0))
+            handled = good = 0
+            header_pending = fmt.header
+            self._file_first_bad = None
+            try:
+                for lines, nbytes in read_line_blocks(path, self.config.block_size, skipped):
+                    if header_pending and len(lines):  # the header is the file's first row: not data
+                        lines, next_line, header_pending = lines.slice(1), 2, False
+                    n = len(lines)
+                    numbers = np.arange(next_line, next_line + n, dtype=np.int64)
+                    for s in sorted(num for num, _ in skipped):  # skipped lines shift the rows after them
+                        numbers[numbers >= s] += 1
+                    parsed = parse_block(lines, fmt) if n else None
+                    new_skips = sorted(skipped[handled:])
+                    handled = len(skipped)
+                    bad_idx = np.flatnonzero(~parsed.ok) if parsed is not None else np.empty(0, dtype=np.int64)
+                    self._report(path, fmt, [(int(numbers[i]), lambda i=i: lines[i].as_py()) for i in bad_idx]
+                                 + [(num, lambda t=text: t) for num, text in new_skips])  # fmt: skip
+                    if n:
+                        good += n - bad_idx.shape[0]
+                        next_line = int(numbers[-1]) + 1
+                        yield parsed, base + numbers - 1 - fmt.header  # data line index: the header is not one
+                    self.bar.update(nbytes)
+            except READ_ERRORS as err:  # a cut-off .gz, bytes Arrow cannot take as text
+                raise unreadable(path, err, next_line - 1) from None
+            file_lines = max(next_line - 1, max((num for num, _ in skipped), default=0)) - fmt.header
+            self._check_some_good(path, fmt, file_lines, good)
             self.line_counts.append(file_lines)
             base += file_lines
 
-    def _report(self, path: Path, bad: list[tuple[int, Callable[[], str]]]) -> None:
+    def _report(self, path: Path, fmt: CriteoTextFormat, bad: list[tuple[int, Callable[[], str]]]) -> None:
         if not bad:
             return
         bad.sort(key=lambda x: x[0])
         if self.config.strict:
             line, text = bad[0]
-            raise InputFormatError(path, _explain(text()) + " (drop --strict to skip bad rows)", line=line)
+            raise InputFormatError(path, explain_bad_line(text(), fmt) + " (drop --strict to skip bad rows)",
+                                   line=line)
+        if self._file_first_bad is None:
+            self._file_first_bad = BadRow(str(path), bad[0][0], explain_bad_line(bad[0][1](), fmt))
         self.bad += len(bad)
         for line, text in bad[: max(0, self.config.max_reported - len(self.first_bad))]:
-            self.first_bad.append(BadRow(str(path), line, _explain(text())))
+            self.first_bad.append(BadRow(str(path), line, explain_bad_line(text(), fmt)))
+
+    def _check_some_good(self, path: Path, fmt: CriteoTextFormat, lines: int, good: int) -> None:
+        """A file that adds no row is a mistake (a graph, another CSV), not a data set: say so, and why."""
+        if lines == 0:
+            raise InputFormatError(path, "a header line and no data lines: expected Criteo lines after it")
+        if good == 0:
+            first = self._file_first_bad
+            raise InputFormatError(
+                path, f"all {lines:,} lines were rejected, so the file adds no rows (read as {fmt.describe()}); "
+                f"the first, line {first.line}: {first.reason}"
+            )
 
 
 def preprocess_criteo(config: CriteoPreprocessConfig) -> PreprocessSummary:
@@ -445,6 +367,9 @@ def preprocess_criteo(config: CriteoPreprocessConfig) -> PreprocessSummary:
     t0 = time.perf_counter()
     check_absent(config.out, config.overwrite)  # now, not after the first pass over the inputs
     inputs = config.ordered_inputs()
+    formats = {p: sniff_format(p) for p in inputs}  # an empty or binary file fails here, before any pass
+    for p, fmt in formats.items():
+        log.info("%s: %s", p, fmt.describe())
     layout = config.resolved_layout()
     compressed = any(p.suffix in (".gz", ".bz2", ".xz", ".zst", ".lz4") for p in inputs)
     passes = 2 if config.mode == "threshold" else 1
@@ -452,7 +377,7 @@ def preprocess_criteo(config: CriteoPreprocessConfig) -> PreprocessSummary:
     with progress_bar(total=total, unit="B", unit_scale=True, desc="preprocess criteo") as bar:
         if config.mode == "threshold":
             counters = [_ValueCounter() for _ in range(NUM_SPARSE)]
-            first = _Pass(config, bar)
+            first = _Pass(config, bar, formats)
             for parsed, _ in first.blocks():
                 for j in range(NUM_SPARSE):
                     counters[j].add(parsed.values[parsed.ok & ~parsed.missing[:, j], j])
@@ -462,14 +387,14 @@ def preprocess_criteo(config: CriteoPreprocessConfig) -> PreprocessSummary:
         else:
             maps = None
             table_sizes = [config.max_ind_range] * NUM_SPARSE
-            line_counts = [_count_lines(p) for p in inputs]
+            line_counts = [count_lines(p) - formats[p].header for p in inputs]
         train_end, test_end, total_lines = split_boundaries(layout, line_counts)
 
         with atomic_directory(config.out, overwrite=config.overwrite) as tmp:
             writer = ClickParquetWriter(
                 tmp, table_sizes=table_sizes, num_dense=NUM_DENSE, row_group_size=config.row_group_size
             )
-            second = _Pass(config, bar)
+            second = _Pass(config, bar, formats)
             for parsed, gline in second.blocks():
                 if maps is not None:
                     cols = [maps[j].lookup(parsed.values[:, j], parsed.missing[:, j]) for j in range(NUM_SPARSE)]
@@ -508,13 +433,3 @@ def preprocess_criteo(config: CriteoPreprocessConfig) -> PreprocessSummary:
     )  # fmt: skip
     log.info("preprocessed %d lines into %s (%d bad rows)", total_lines, config.out, second.bad)
     return summary
-
-
-def _count_lines(path: Path) -> int:
-    """Lines in a (possibly compressed) file, read in 16 MB chunks: one C-speed pass, no parsing."""
-    count, last = 0, b"\n"
-    with pa.input_stream(str(path), compression="detect") as f:
-        while chunk := f.read(16 << 20):
-            count += chunk.count(b"\n")
-            last = chunk[-1:]
-    return count + (last != b"\n")

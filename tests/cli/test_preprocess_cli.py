@@ -1,3 +1,4 @@
+import gzip
 import json
 
 import pytest
@@ -50,3 +51,26 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, args, message):
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and message in err, err
     assert not (tmp_path / "o").exists()
+
+
+def test_inputs_that_are_not_criteo_are_one_line_and_nothing_written(cli_fails, shared_data, tmp_path):
+    out = tmp_path / "o"
+    empty = tmp_path / "empty.txt"
+    empty.write_bytes(b"")
+    cli_fails(["preprocess", "criteo", empty, "--out", out], "empty.txt: empty file")
+    blob = tmp_path / "blob.bin"
+    blob.write_bytes(bytes(range(256)) * 40)
+    cli_fails(["preprocess", "criteo", blob, "--out", out], "blob.bin: binary data, not text")
+    head = (shared_data / HEAD).read_bytes()
+    cut = tmp_path / "cut.txt.gz"
+    cut.write_bytes(gzip.compress(head)[:5000])
+    cli_fails(["preprocess", "criteo", cut, "--out", out], "cut.txt.gz: cannot be read", "truncated or corrupt")
+    graph = tmp_path / "graph.txt"
+    graph.write_text("0\t1\n1\t2\n2\t0\n")
+    cli_fails(["preprocess", "criteo", graph, "--out", out, "--max-ind-range", "9"],
+              "graph.txt: all 3 lines were rejected", "the first, line 1: expected 40 tab-separated fields")
+    cli_fails(["preprocess", "criteo", shared_data / HEAD, shared_data / HEAD, "--out", out], "is given twice")
+    for target in (graph / "sub", graph / "a" / "b"):
+        cli_fails(["preprocess", "criteo", shared_data / HEAD, "--out", target], f"{graph} is a file")
+        cli_fails(["preprocess", "clicks", "--out", target], f"{graph} is a file")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["blob.bin", "cut.txt.gz", "empty.txt", "graph.txt"]

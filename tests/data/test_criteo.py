@@ -179,6 +179,66 @@ def test_day_files_last_day_is_test_then_val_and_gzip_is_read(tmp_path, rng):
     assert dense.tolist() == [_expected_dense(_fields(line)) for line in days[2][4:]]
 
 
+def _as_csv(lines: list[str], id_column: bool = False) -> str:
+    """The lines as a Kaggle-sample CSV: a header, commas, integers written as floats, CRLF, maybe an Id column."""
+    names = ["Label"] + [f"I{j}" for j in range(1, 14)] + [f"C{j}" for j in range(1, 27)]
+    rows = [["Id"] * id_column + names]
+    for k, line in enumerate(lines):
+        fields = [f + ".0" if 1 <= j <= 13 and f else f for j, f in enumerate(line.split("\t"))]
+        rows.append([str(1000 + k)] * id_column + fields)
+    return "".join(",".join(r) + "\r\n" for r in rows)
+
+
+@pytest.mark.parametrize("id_column", [False, True])
+def test_csv_with_a_header_reads_like_the_tsv(tmp_path, rng, id_column):
+    lines = [_good_line(rng, label=i % 2) for i in range(30)]
+    lines[4] = "\t".join(lines[4].split("\t")[:38])  # trailing fields stripped, as in the real head
+    tsv = _write(tmp_path / "r.txt", lines)
+    csv = tmp_path / "r.csv"
+    csv.write_text(_as_csv(lines, id_column))
+    want = preprocess_criteo(CriteoPreprocessConfig(raw=(tsv,), out=tmp_path / "tsv"))
+    got = preprocess_criteo(CriteoPreprocessConfig(raw=(csv,), out=tmp_path / "csv"))
+    assert got.lines == 30 and got.bad_rows == 0 and got.rows == want.rows  # the header is not a line of data
+    assert got.table_sizes == want.table_sizes
+    for split in ("train", "test", "val"):
+        for a, b in zip(_load_split(tmp_path / "tsv", split), _load_split(tmp_path / "csv", split)):
+            assert torch.equal(a, b)
+
+
+def _truncated_gz(tmp_path, rng) -> Path:
+    data = gzip.compress("".join(_good_line(rng) + "\n" for _ in range(2000)).encode())
+    path = tmp_path / "cut.txt.gz"
+    path.write_bytes(data[: len(data) // 2])
+    return path
+
+
+@pytest.mark.parametrize(
+    "name, content, match",
+    [
+        ("empty.txt", b"", r"empty.txt: empty file: expected Criteo lines \(a 0/1 label, 13 integer and 26 hex"),
+        ("blob.bin", bytes(range(256)) * 4, r"blob.bin: binary data, not text \(byte 0x00 at offset 0\)"),
+        ("day.txt", gzip.compress(b"0\t1\n"), r"day.txt: compressed data in a file not named \*.gz"),
+        ("head.csv", b"label,I1,I2\n", "head.csv: a header line and no data lines"),
+        ("graph.txt", b"# a graph\n0\t1\n1\t2\n", r"graph.txt: all 3 lines were rejected, so the file adds no rows "
+         r"\(read as tab-separated\); the first, line 1: expected 40 tab-separated fields .* found 1"),
+        ("g.csv", b"src,dst\n0,1\n", r"all 1 lines were rejected, .*a header line\); the first, line 2: expected "
+         r"40 ','-separated fields"),
+        ("cut.txt.gz", None, r"cut.txt.gz: cannot be read( after line [0-9,]+)? \(OSError: .*\): expected complete "
+         r"Criteo text"),
+    ],
+)
+@pytest.mark.parametrize("mode", [{}, {"max_ind_range": 10}])
+def test_unreadable_or_useless_inputs_name_the_file_and_write_nothing(tmp_path, rng, name, content, match, mode):
+    good = _write(tmp_path / "good.txt", [_good_line(rng) for _ in range(20)])
+    bad = _truncated_gz(tmp_path, rng) if content is None else tmp_path / name
+    if content is not None:
+        bad.write_bytes(content)
+    config = CriteoPreprocessConfig(raw=(good, bad), out=tmp_path / "o", block_size=1 << 16, **mode)
+    with pytest.raises(InputFormatError, match=match):
+        preprocess_criteo(config)
+    assert not any(p.name.startswith((".o", "o")) for p in tmp_path.iterdir())  # no output, no temporary folder
+
+
 def test_config_errors(tmp_path):
     raw = _write(tmp_path / "r.txt", ["0" + "\t" * 39])
     with pytest.raises(ConfigError, match="either --frequency-threshold"):
@@ -190,6 +250,13 @@ def test_config_errors(tmp_path):
     (tmp_path / "o").mkdir()
     with pytest.raises(ConfigError, match="already exists"):
         preprocess_criteo(CriteoPreprocessConfig(raw=(raw,), out=tmp_path / "o"))
+    with pytest.raises(ConfigError, match=r"o/../r.txt is given twice \(inputs 1 and 3, as .*r.txt\): expected each file once"):
+        CriteoPreprocessConfig(raw=(raw, _write(tmp_path / "other.txt", ["0"]), tmp_path / "o" / ".." / "r.txt"), out=tmp_path / "p")
+    (tmp_path / "link.txt").symlink_to(raw)
+    with pytest.raises(ConfigError, match=r"link.txt is given twice \(inputs 1 and 2, as .*r.txt\)"):
+        CriteoPreprocessConfig(raw=(raw, tmp_path / "link.txt"), out=tmp_path / "p")
+    with pytest.raises(ConfigError, match=r"cannot create .*r.txt/out: .*r.txt is a file, expected a folder"):
+        CriteoPreprocessConfig(raw=(raw,), out=raw / "out")
 
 
 def test_output_row_groups_follow_the_option(head_out):
