@@ -28,8 +28,9 @@ def run(args: argparse.Namespace) -> int:
     shown = {"num_parts", "method", "seed"}  # already on the line below
     config = ", ".join(f"{k}={v}" for k, v in meta.config.items() if k not in shown)
     print(f"{args.dir}: format_version {meta.format_version}, data set {meta.name!r}")
-    print(f"{meta.num_nodes:,} nodes, {meta.num_edges:,} edges, {meta.num_parts} parts by {meta.method} "
-          f"(seed {meta.seed}{', ' + config if config else ''})")
+    # meta.json does not record whether the graph is symmetric, so the stored count is named for what it is.
+    print(f"{meta.num_nodes:,} nodes, {meta.num_edges:,} directed edge entries, {meta.num_parts} parts by "
+          f"{meta.method} (seed {meta.seed}{', ' + config if config else ''})")
     print(f"node data: {', '.join(meta.node_data) or 'none'}; classes: {meta.num_classes}")
     print(format_stats(meta.stats))
     check = "sizes and CRC-32 checked" if not args.no_verify else "sizes checked, checksums skipped (--no-verify)"

@@ -22,7 +22,8 @@ def test_inspect_prints_meta_and_table(folder, capsys):
     stdout = capsys.readouterr().out
     lines = stdout.splitlines()
     assert "format_version 1" in lines[0] and "'small'" in lines[0]
-    assert lines[1].startswith("200 nodes, ") and "3 parts by random (seed 0" in lines[1]
+    edges = f"{summary.meta.num_edges:,} directed edge entries"
+    assert lines[1].startswith(f"200 nodes, {edges}, 3 parts by random (seed 0")
     assert lines[2] == "node data: features, labels, train_mask, val_mask, test_mask; classes: 4"
     assert lines[3].split() == ["part", "inner", "halo", "halo/inner", "edges", "train"]
     for k in range(3):

@@ -250,8 +250,9 @@ def test_config_errors(tmp_path):
     (tmp_path / "o").mkdir()
     with pytest.raises(ConfigError, match="already exists"):
         preprocess_criteo(CriteoPreprocessConfig(raw=(raw,), out=tmp_path / "o"))
-    with pytest.raises(ConfigError, match=r"o/../r.txt is given twice \(inputs 1 and 3, as .*r.txt\): expected each file once"):
-        CriteoPreprocessConfig(raw=(raw, _write(tmp_path / "other.txt", ["0"]), tmp_path / "o" / ".." / "r.txt"), out=tmp_path / "p")
+    other, again = _write(tmp_path / "other.txt", ["0"]), tmp_path / "o" / ".." / "r.txt"
+    with pytest.raises(ConfigError, match=r"o/../r.txt is given twice \(inputs 1 and 3, as .*r.txt\): expected each"):
+        CriteoPreprocessConfig(raw=(raw, other, again), out=tmp_path / "p")
     (tmp_path / "link.txt").symlink_to(raw)
     with pytest.raises(ConfigError, match=r"link.txt is given twice \(inputs 1 and 2, as .*r.txt\)"):
         CriteoPreprocessConfig(raw=(raw, tmp_path / "link.txt"), out=tmp_path / "p")
