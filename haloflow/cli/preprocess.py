@@ -25,7 +25,8 @@ def register(subparsers) -> None:
         "in one pass instead. Kaggle: 7 equal parts by line, 6 train, the 7th halved into test then val; "
         "day_N files: the last day halved into test then val.",
     )
-    criteo.add_argument("raw", nargs="+", metavar="RAW", help="input files (plain or .gz), in order")
+    criteo.add_argument("raw", nargs="+", metavar="RAW",
+                        help="input files, in order: tab-separated, or CSV with a header line; plain, .gz, .bz2 or .xz")
     criteo.add_argument("--out", required=True, help="output folder (written atomically)")
     criteo.add_argument("--frequency-threshold", type=int, default=None, metavar="N",
                         help="two passes: ids only for values seen >= N times (default 1)")  # fmt: skip

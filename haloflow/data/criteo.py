@@ -102,7 +102,7 @@ class CriteoPreprocessConfig:
     """Options of ``preprocess_criteo`` (the CLI's ``haloflow preprocess criteo``).
 
     Args:
-        raw: input files (plain or compressed, e.g. ``.gz``), in order.
+        raw: input files (plain or compressed: ``.gz``, ``.bz2``, ``.xz``, ``.zst``), in order; each once.
         out: output folder; written to a temporary folder beside it and renamed at the end.
         min_count: threshold mode: values seen fewer times map to id 0. Default (when neither mode is given) 1.
         max_ind_range: modulo mode: id = value % max_ind_range. Exclusive with ``min_count``.

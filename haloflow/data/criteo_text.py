@@ -10,11 +10,13 @@ The text formats met in practice::
     10000743,1,1.0,0,...
 
 ``sniff_format`` reads the first 64 KiB of a file once: an empty file, binary data, or a compressed file whose
-name hides its codec is an ``InputFormatError`` there, before any pass over the data.
+name hides its codec is an ``InputFormatError`` there, before any pass over the data. Compressed files are
+recognised by their suffix (Arrow's codecs; Python's lzma for ``.xz``).
 """
 
 from __future__ import annotations
 
+import lzma
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -47,8 +49,9 @@ NUM_DENSE = 13
 NUM_SPARSE = 26
 NUM_FIELDS = 1 + NUM_DENSE + NUM_SPARSE  # 40
 MIN_FIELDS = 1 + NUM_DENSE  # trailing categoricals may be stripped, the label and integers may not
-# What Arrow raises on a cut-off compressed stream (OSError), undecodable text or a codec it lacks.
-READ_ERRORS = (OSError, EOFError, pa.ArrowException)
+# What a cut-off or garbled stream raises: OSError from Arrow's codecs, EOFError / LZMAError from Python's lzma,
+# ArrowInvalid for bytes the CSV reader cannot take.
+READ_ERRORS = (OSError, EOFError, lzma.LZMAError, pa.ArrowException)
 
 _LINE = "a 0/1 label, 13 integer and 26 hex fields per line, tab- or comma-separated"
 _INT = re.compile(r"-?[0-9]{1,18}(\.0*)?")  # an integer, or one written as a float ("1382.0")
@@ -89,6 +92,14 @@ def unreadable(path: Path, err: BaseException, lines_read: int) -> InputFormatEr
                                   f"Criteo text, plain or compressed (is the file truncated or corrupt?)")
 
 
+def _open(path: Path):
+    """The decompressed bytes of ``path`` as a stream: Arrow's codecs, chosen by the suffix (.gz, .bz2, .zst,
+    .lz4), or Python's lzma for .xz, which Arrow lacks."""
+    if path.name.endswith(".xz"):
+        return pa.PythonFile(lzma.open(path, "rb"), mode="r")
+    return pa.input_stream(str(path), compression="detect")
+
+
 def sniff_format(path: Path) -> CriteoTextFormat:
     """The text format of ``path`` from its first line: delimiter (a tab, else a comma), header, Id column.
 
@@ -97,7 +108,7 @@ def sniff_format(path: Path) -> CriteoTextFormat:
             picks the codec by the suffix), or cannot be decompressed.
     """
     try:
-        with pa.input_stream(str(path), compression="detect") as f:
+        with _open(path) as f:
             head = f.read(_SNIFF_BYTES)
     except READ_ERRORS as err:
         raise unreadable(path, err, 0) from None
@@ -140,21 +151,22 @@ def read_line_blocks(path: Path, block_size: int, skipped: list[tuple[int, str]]
         skipped.append((row.number, row.text))
         return "skip"
 
-    reader = pacsv.open_csv(
-        path,
-        read_options=pacsv.ReadOptions(column_names=["line"], block_size=block_size, use_threads=False),
-        parse_options=pacsv.ParseOptions(
-            delimiter="\x1f", quote_char=False, escape_char=False, ignore_empty_lines=False,
-            invalid_row_handler=on_invalid,
-        ),  # fmt: skip
-        convert_options=pacsv.ConvertOptions(
-            column_types={"line": pa.string()}, strings_can_be_null=False, quoted_strings_can_be_null=False,
-            check_utf8=False,
-        ),  # fmt: skip
-    )
-    for batch in reader:
-        lines = batch.column(0)
-        yield lines, int(pc.sum(pc.binary_length(lines)).as_py() or 0) + len(lines)
+    with _open(path) as stream:
+        reader = pacsv.open_csv(
+            stream,
+            read_options=pacsv.ReadOptions(column_names=["line"], block_size=block_size, use_threads=False),
+            parse_options=pacsv.ParseOptions(
+                delimiter="\x1f", quote_char=False, escape_char=False, ignore_empty_lines=False,
+                invalid_row_handler=on_invalid,
+            ),  # fmt: skip
+            convert_options=pacsv.ConvertOptions(
+                column_types={"line": pa.string()}, strings_can_be_null=False, quoted_strings_can_be_null=False,
+                check_utf8=False,
+            ),  # fmt: skip
+        )
+        for batch in reader:
+            lines = batch.column(0)
+            yield lines, int(pc.sum(pc.binary_length(lines)).as_py() or 0) + len(lines)
 
 
 @dataclass
@@ -253,7 +265,7 @@ def count_lines(path: Path) -> int:
     """Lines in a (possibly compressed) file, read in 16 MB chunks: one C-speed pass, no parsing."""
     count, last = 0, b"\n"
     try:
-        with pa.input_stream(str(path), compression="detect") as f:
+        with _open(path) as f:
             while chunk := f.read(16 << 20):
                 count += chunk.count(b"\n")
                 last = chunk[-1:]

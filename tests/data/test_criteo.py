@@ -1,5 +1,7 @@
+import bz2
 import gzip
 import json
+import lzma
 import math
 from collections import Counter
 from pathlib import Path
@@ -203,6 +205,19 @@ def test_csv_with_a_header_reads_like_the_tsv(tmp_path, rng, id_column):
     for split in ("train", "test", "val"):
         for a, b in zip(_load_split(tmp_path / "tsv", split), _load_split(tmp_path / "csv", split)):
             assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("suffix, compress", [(".gz", gzip.compress), (".bz2", bz2.compress), (".xz", lzma.compress)])
+def test_compressed_inputs_read_like_plain_text(tmp_path, rng, suffix, compress):
+    lines = [_good_line(rng, label=i % 2) for i in range(20)]
+    plain = _write(tmp_path / "r.txt", lines)
+    packed = tmp_path / f"r.txt{suffix}"
+    packed.write_bytes(compress(plain.read_bytes()))
+    want = preprocess_criteo(CriteoPreprocessConfig(raw=(plain,), out=tmp_path / "plain"))
+    got = preprocess_criteo(CriteoPreprocessConfig(raw=(packed,), out=tmp_path / "packed"))
+    assert (got.rows, got.table_sizes, got.bad_rows) == (want.rows, want.table_sizes, 0)
+    for a, b in zip(_load_split(tmp_path / "plain", "train"), _load_split(tmp_path / "packed", "train")):
+        assert torch.equal(a, b)
 
 
 def _truncated_gz(tmp_path, rng) -> Path:
