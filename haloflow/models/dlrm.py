@@ -36,6 +36,7 @@ from torch import Tensor, nn
 from haloflow.data.criteo import KAGGLE_TABLE_SIZES
 from haloflow.data.jagged import JaggedBatch
 from haloflow.errors import ConfigError
+from haloflow.models.keyed_init import keyed_uniform_rows
 
 __all__ = [
     "KAGGLE_TABLE_SIZES",
@@ -118,22 +119,21 @@ class CompletedHandle:
 class EmbeddingTables(nn.Module):
     """One sum-pooled ``nn.EmbeddingBag`` per sparse feature, with sparse gradients.
 
+    Rows start as the reference DLRM's U(-1/sqrt(n), 1/sqrt(n)), drawn by ``keyed_uniform_rows`` from
+    (seed, table, row, column): a sharded run builds each shard alone with the very same values.
+
     Shapes:
         sparse JaggedBatch lengths (T, B) -> pooled (B, T, D); an empty bag pools to zeros.
     """
 
-    def __init__(self, table_sizes: tuple[int, ...], dim: int, generator: torch.Generator | None = None):
+    def __init__(self, table_sizes: tuple[int, ...], dim: int, seed: int = 0):
         super().__init__()
         self.dim = dim
-        # ``_weight`` skips the default N(0, 1) fill that would be overwritten at once (10 M rows for Kaggle).
         self.tables = nn.ModuleList(
-            nn.EmbeddingBag(n, dim, mode="sum", sparse=True, _weight=torch.empty(n, dim)) for n in table_sizes
+            nn.EmbeddingBag(n, dim, mode="sum", sparse=True,
+                            _weight=keyed_uniform_rows(seed, t, n, (0, n), (0, dim)))
+            for t, n in enumerate(table_sizes)
         )
-        with torch.no_grad():
-            for bag in self.tables:
-                # Reference DLRM init: U(-1/sqrt(n), 1/sqrt(n)) for a table of n rows.
-                bound = 1.0 / math.sqrt(bag.num_embeddings)
-                bag.weight.uniform_(-bound, bound, generator=generator)
 
     def forward(self, sparse: JaggedBatch) -> Tensor:
         T, B = sparse.lengths.shape
@@ -192,16 +192,20 @@ def dlrm_loss(logits: Tensor, labels: Tensor, *, global_batch_size: int | None =
 
 
 class DLRM(nn.Module):
-    """The DLRM of the module docstring. ``forward(dense, sparse) -> logits (B,)``."""
+    """The DLRM of the module docstring. ``forward(dense, sparse) -> logits (B,)``.
 
-    def __init__(self, config: DLRMConfig):
+    ``embeddings``: a collection to use instead of building the whole tables (a sharded one holds only this
+    rank's rows); anything with ``start(sparse) -> handle``.
+    """
+
+    def __init__(self, config: DLRMConfig, embeddings: nn.Module | None = None):
         super().__init__()
         self.config = config
         gen = torch.Generator().manual_seed(config.seed)
         D = config.embedding_dim
         self.bottom = _mlp([config.num_dense, *config.bottom_mlp, D], gen, last_relu=True)
-        self.embeddings = EmbeddingTables(config.table_sizes, D, gen)
         self.top = _mlp([config.interaction_dim, *config.top_mlp, 1], gen, last_relu=False)
+        self.embeddings = embeddings if embeddings is not None else EmbeddingTables(config.table_sizes, D, config.seed)
 
     def embed_start(self, sparse: JaggedBatch) -> PooledHandle:
         """Start the lookup; whatever sits in ``self.embeddings`` decides whether it runs in the background."""

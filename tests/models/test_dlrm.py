@@ -35,7 +35,7 @@ def test_interaction_width_of_kaggle_config():
 
 
 def test_embedding_tables_sum_bags_and_empty_bags_are_zero():
-    tables = EmbeddingTables((5, 4), dim=3, generator=torch.Generator().manual_seed(1))
+    tables = EmbeddingTables((5, 4), dim=3, seed=1)
     sparse = JaggedBatch.from_lists([[[0, 2], [], [4]], [[1], [3, 3], [0]]])
     pooled = tables(sparse)  # (B=3, T=2, D=3)
     w0, w1 = tables.tables[0].weight, tables.tables[1].weight

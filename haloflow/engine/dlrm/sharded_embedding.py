@@ -23,7 +23,7 @@ Shapes:
 from __future__ import annotations
 
 import bisect
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.distributed as dist
@@ -40,6 +40,7 @@ from haloflow.engine.dlrm.embedding_dist import (
 )
 from haloflow.engine.dlrm.embedding_layout import RW, EmbeddingLayout, Slot
 from haloflow.errors import ConfigError, PlanError
+from haloflow.models.keyed_init import keyed_uniform_rows
 from haloflow.partition.planner.types import ShardingPlan
 
 __all__ = ["ShardedEmbeddingCollection", "ShardedPooledHandle"]
@@ -64,44 +65,42 @@ class ShardedPooledHandle:
 
 
 class ShardedEmbeddingCollection(nn.Module):
-    """This rank's part of the tables of a plan. Build with ``from_weights`` (or ``from_tables``).
+    """This rank's part of the tables of a plan. Build with ``from_plan`` (each shard initialised alone, from
+    (seed, table, row, column): no rank ever holds a table it does not own), or ``from_weights`` /
+    ``from_tables`` (copied out of whole tables every rank holds; for tests against a given model).
 
     Args:
         layout: the plan laid out (``EmbeddingLayout.from_plan``).
-        weights: the full tables (rows_t, D), identical on every rank; each rank copies only its shards.
+        init: ``init(table, (row_lo, row_hi), (col_lo, col_hi)) -> (rows, cols)`` float tensor: the initial
+            values of that rectangle of a table; called once per shard and per replica of this rank.
         group: the process group of the plan's ranks (None: one process, world size 1).
         dp_grad: how data-parallel gradients are summed: "sparse" (exchange the touched rows, coalesce) or
             "dense" (all-reduce the whole table's gradient; cheaper for tiny, hot tables).
         stats: where the collectives count their bytes (a fresh ``CommStats`` by default).
     """
 
-    def __init__(self, layout: EmbeddingLayout, weights: Sequence[Tensor], *, group: Group | None,
-                 dp_grad: str = "sparse", stats: CommStats | None = None):
+    def __init__(self, layout: EmbeddingLayout, init: Callable[[int, tuple[int, int], tuple[int, int]], Tensor], *,
+                 group: Group | None, dp_grad: str = "sparse", stats: CommStats | None = None):
         super().__init__()
         K, rank = group_size(group), group_rank(group)
         if layout.world_size != K:
             raise PlanError(f"plan is for {layout.world_size} ranks but the process group has {K}")
         if dp_grad not in ("sparse", "dense"):
             raise ConfigError(f"dp_grad must be 'sparse' or 'dense', got {dp_grad!r}")
-        if len(weights) != layout.num_tables:
-            raise ConfigError(f"{len(weights)} weight tables for a plan of {layout.num_tables}")
-        for t, w in enumerate(weights):
-            if tuple(w.shape) != (layout.table_rows[t], layout.dim):
-                raise ConfigError(f"table {t}: weight of shape {tuple(w.shape)}, expected "
-                                  f"({layout.table_rows[t]}, {layout.dim})")
         self.layout, self.group, self.rank, self.dp_grad = layout, group, rank, dp_grad
         self.stats = stats if stats is not None else CommStats()
         self.slots: tuple[Slot, ...] = layout.slots[rank]
-        self.replicas = nn.ParameterList([nn.Parameter(weights[t].detach().clone()) for t in layout.dp_tables])
+        D = layout.dim
+        self.replicas = nn.ParameterList([nn.Parameter(init(t, (0, layout.table_rows[t]), (0, D)))
+                                          for t in layout.dp_tables])
         self.shards = nn.ParameterList([
-            nn.Parameter(weights[s.table].detach()[s.row_offset:s.row_offset + s.num_rows,
-                                                   s.col_offset:s.col_offset + s.num_cols].clone())
+            nn.Parameter(init(s.table, (s.row_offset, s.row_offset + s.num_rows), (s.col_offset, s.col_offset + s.num_cols)))
             for s in self.slots
         ])
         self._pooled_w, self._rw_w = layout.widths(rw=False), layout.widths(rw=True)
         self.batch_sizes: Sequence[int] | None = None  # every rank's B_r for the next lookup (None: ask them)
         # Index tensors as buffers on the weights' device, so that ``.to(device)`` moves them with the weights.
-        dev = weights[0].device
+        dev = next(iter([*self.replicas, *self.shards]), torch.empty(0)).device
         self.register_buffer("_order", layout.output_order().to(dev), persistent=False)
         self.register_buffer("_pooled_cols", layout.columns(rw=False).to(dev), persistent=False)
         self.register_buffer("_rw_cols", layout.columns(rw=True).to(dev), persistent=False)
@@ -112,11 +111,34 @@ class ShardedEmbeddingCollection(nn.Module):
                                  persistent=False)
 
     @classmethod
+    def from_plan(cls, plan: ShardingPlan, table_sizes: Sequence[int], dim: int, *, seed: int,
+                  group: Group | None, **kwargs) -> ShardedEmbeddingCollection:
+        """Build this rank's shards and replicas alone, with ``EmbeddingTables``' values for ``seed``."""
+        layout = EmbeddingLayout.from_plan(plan, list(table_sizes), dim)
+
+        def init(t: int, rows: tuple[int, int], cols: tuple[int, int]) -> Tensor:
+            return keyed_uniform_rows(seed, t, layout.table_rows[t], rows, cols)
+
+        return cls(layout, init, group=group, **kwargs)
+
+    @classmethod
     def from_weights(cls, plan: ShardingPlan, weights: Sequence[Tensor], *, group: Group | None,
                      **kwargs) -> ShardedEmbeddingCollection:
+        """Copy this rank's rectangles out of whole tables (identical on every rank)."""
         dim = int(weights[0].shape[1])
         layout = EmbeddingLayout.from_plan(plan, [int(w.shape[0]) for w in weights], dim)
-        return cls(layout, weights, group=group, **kwargs)
+        for t, w in enumerate(weights):
+            if tuple(w.shape) != (layout.table_rows[t], dim):
+                raise ConfigError(f"table {t}: weight of shape {tuple(w.shape)}, expected ({layout.table_rows[t]}, {dim})")
+
+        def init(t: int, rows: tuple[int, int], cols: tuple[int, int]) -> Tensor:
+            return weights[t].detach()[rows[0]:rows[1], cols[0]:cols[1]].clone()
+
+        return cls(layout, init, group=group, **kwargs)
+
+    def storage_bytes(self) -> int:
+        """Bytes of this rank's embedding rows (shards and replicas; optimizer state not included)."""
+        return sum(p.numel() * p.element_size() for p in [*self.replicas, *self.shards])
 
     @classmethod
     def from_tables(cls, tables: nn.Module, plan: ShardingPlan, *, group: Group | None,

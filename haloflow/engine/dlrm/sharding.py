@@ -32,10 +32,10 @@ from haloflow.data.jagged import JaggedBatch
 from haloflow.engine.comm import CommStats, Group
 from haloflow.engine.dlrm.sharded_embedding import ShardedEmbeddingCollection
 from haloflow.engine.grad_sync import BucketedGradSync
-from haloflow.models.dlrm import DLRM
+from haloflow.models.dlrm import DLRM, DLRMConfig
 from haloflow.partition.planner.types import ShardingPlan
 
-__all__ = ["DistributedDLRM", "shard_dlrm"]
+__all__ = ["DistributedDLRM", "shard_dlrm", "build_sharded_dlrm"]
 
 
 class DistributedDLRM(nn.Module):
@@ -93,6 +93,23 @@ class DistributedDLRM(nn.Module):
             full.bottom.load_state_dict(self.bottom.state_dict())
             full.top.load_state_dict(self.top.state_dict())
         return full
+
+
+def build_sharded_dlrm(config: DLRMConfig, plan: ShardingPlan, group: Group | None, *, dp_grad: str = "sparse",
+                       stats: CommStats | None = None, device: torch.device | None = None) -> DistributedDLRM:
+    """This rank's DLRM built from ``config`` and ``plan`` alone: its shards and replicas are initialised in place
+    (the values ``DLRM(config)`` would hold in those cells), so no rank ever allocates a table it does not own and
+    the plan's per-rank memory is the real one. Every rank calls it together (it creates the MLP gradient group).
+    """
+    embeddings = ShardedEmbeddingCollection.from_plan(plan, config.table_sizes, config.embedding_dim,
+                                                      seed=config.seed, group=group, dp_grad=dp_grad, stats=stats)
+    model = DLRM(config, embeddings=embeddings)
+    if device is not None:
+        model = model.to(device)
+    grad_group = None
+    if group is not None:
+        grad_group = dist.new_group(ranks=dist.get_process_group_ranks(group))
+    return DistributedDLRM(model, model.embeddings, grad_group)
 
 
 def shard_dlrm(model: DLRM, plan: ShardingPlan, group: Group | None, *, dp_grad: str = "sparse",

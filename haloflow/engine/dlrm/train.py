@@ -29,7 +29,7 @@ import torch.distributed as dist
 
 from haloflow.data.clicks import CHUNK
 from haloflow.data.jagged import ClickBatch, JaggedBatch, split_sizes
-from haloflow.engine.dlrm.sharding import shard_dlrm
+from haloflow.engine.dlrm.sharding import build_sharded_dlrm
 from haloflow.engine.runtime import ParallelLayout, Runtime, RuntimeConfig, TrainResult, to_device
 from haloflow.errors import ConfigError
 from haloflow.models.dlrm import DLRM, DLRMConfig, dlrm_loss
@@ -203,17 +203,19 @@ def _state(net, layout: ParallelLayout) -> dict:
 
 
 def _build_model(config: DLRMTrainConfig, data: _Data, layout: ParallelLayout):
-    model = DLRM(DLRMConfig(table_sizes=data.table_sizes, num_dense=data.num_dense,
-                            embedding_dim=config.embedding_dim, bottom_mlp=config.bottom_mlp,
-                            top_mlp=config.top_mlp, seed=config.seed)).to(layout.device)
+    """The single-device model (one process, no plan), or this rank's shards built in place (no whole tables)."""
+    model_config = DLRMConfig(table_sizes=data.table_sizes, num_dense=data.num_dense,
+                              embedding_dim=config.embedding_dim, bottom_mlp=config.bottom_mlp,
+                              top_mlp=config.top_mlp, seed=config.seed)
     if config.plan is not None:
         plan = load_plan(config.plan)
         layout.expect_parts(plan.world_size, f"plan {config.plan}")
     elif layout.world_size > 1:
         plan = table_wise_plan(data.table_sizes, config.embedding_dim, layout.world_size)
     else:
-        return model, None  # the single-device model itself
-    return model, shard_dlrm(model, plan, layout.group, dp_grad=config.dp_grad)
+        return DLRM(model_config).to(layout.device), None
+    sharded = build_sharded_dlrm(model_config, plan, layout.group, dp_grad=config.dp_grad, device=layout.device)
+    return sharded.model, sharded
 
 
 def _local(batch: ClickBatch, layout: ParallelLayout) -> tuple[ClickBatch, list[int]]:

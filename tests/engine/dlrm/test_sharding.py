@@ -81,3 +81,17 @@ def test_exchanges_overlap_the_bottom_mlp_forward_and_backward(monkeypatch):
     assert events.index("reduce_scatter") < events.index("bottom forward")
     assert events.index("pooled_grad") < events.index("bottom backward")
     assert events.index("reduce_scatter_grad") < events.index("bottom backward")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("k", [2, 4])
+def test_shards_are_built_in_place_with_the_single_process_values(tmp_path, k):
+    """No rank allocates a table it does not own: its embedding storage is exactly the plan's shards for it, and
+    the shards gathered together are the single-process tables bit for bit."""
+    proc = run_torchrun(SCRIPTS / "dlrm_init.py", k, [tmp_path], timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    records = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(k)]
+    whole = 4 * common.DIM * sum(common.ROWS)
+    for r in records:
+        assert r["allocated"] == r["planned"] < whole
+        assert r["tables_equal"] and r["mlps_equal"]
