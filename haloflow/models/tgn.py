@@ -1,0 +1,367 @@
+"""Temporal Graph Network with node memory (TGN, Rossi et al. 2020, https://arxiv.org/abs/2006.10637).
+
+Per node a memory ``s_v`` (M,), updated by a GRU from the node's last message; embeddings from one temporal
+graph-attention layer over the most recent neighbours; an MLP scores a (src, dst) pair::
+
+    message of v from event (v, u, t, e)   m_v = [ s_v, s_u, e, phi(t - t_v) ]         "identity" message
+    memory update                           s_v <- GRU(m_v, s_v),   t_v <- t            "last" aggregator
+    time encoding                           phi(dt) = cos(dt * w + b),  w_0 = 1 / 10^linspace(0, 9, d)
+    embedding of v at time t                z_v = MLP([ attn(q_v, K_v, V_v), s_v ])
+        q_v = [ s_v, phi(0) ] W_q;   for the k newest neighbours u_j (events e_j at t_j < t):
+        K_v, V_v = [ s_uj, e_j, phi(t - t_j) ] W_k, W_v;   2 heads, softmax over j, dropout on the weights
+    link logit                              MLP([ z_src, z_dst ])
+
+When memory is updated (where implementations leak labels): batch b uses memories computed at its START from
+the messages that EARLIER batches stored; the GRU runs inside batch b's graph, so it gets gradients, and no
+batch sees its own events in memory. Batch b's messages are stored after its loss, for b + 1.
+
+The per-batch computation is a function of the state ROWS of the nodes it touches, so the same math runs
+single-process or with the state owned by partitions (``haloflow.engine`` gathers and scatters rows)::
+
+        owners of node rows                           process running (part of) batch b
+    +--------------------------+  gather rows   +-------------------------------------------------------+
+    | TGNMemoryState           |  of node_ids   | batch = make_tgn_batch(events, event_ids, neg, csr)   |
+    |  memory, last_update,    | -------------> | out   = model(rows, batch)                            |
+    |  mailbox (mail_*)        |  (all-to-all)  |   1. s' = update_memory(rows)     GRU on old messages |
+    |                          |                |   2. z  = embed(s', batch)        attention over csr  |
+    |                          |                |   3. logits = decode(z)                               |
+    |                          |                | loss  = tgn_batch_loss(out..., num_events=global B)   |
+    |                          |                | loss.backward(); optimizer.step()                     |
+    | state.apply(rows, upd)   | <------------- | upd   = tgn_messages(batch, out)   s' of src and dst, |
+    |  newest mail_eid wins    |  (all-to-all)  |                                    their new message  |
+    +--------------------------+                +-------------------------------------------------------+
+
+Every piece keys on global ids: negatives and dropout masks are drawn from ``(seed, epoch, event id)``, the loss
+is divided by the global batch size, and ``apply`` resolves concurrent writes by event id, so splitting a batch
+across processes changes nothing but float rounding.
+
+Shapes:
+    B events per batch, Q = 3B queries (src, dst, negative), k neighbours, n distinct nodes touched,
+    M memory, T time, F edge features, D embedding.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from haloflow.data.temporal import TemporalEvents
+from haloflow.data.temporal_sampler import TemporalCSR
+from haloflow.errors import ConfigError
+from haloflow.models.dropout import keyed_dropout
+from haloflow.models.tgn_memory import MemoryRows, MemoryUpdate
+from haloflow.utils.arrays import sorted_unique
+
+__all__ = [
+    "TGNConfig",
+    "TimeEncoder",
+    "TemporalAttention",
+    "TGN",
+    "TGNBatch",
+    "TGNOutput",
+    "make_tgn_batch",
+    "tgn_batch_loss",
+    "tgn_messages",
+]
+
+
+@dataclass(frozen=True, kw_only=True)
+class TGNConfig:
+    """Architecture of a `TGN`. Defaults follow PyG's TGN example (FACTS.md: the paper uses M = 172)."""
+
+    memory_dim: int = 100  # the paper sets 172, the width of Wikipedia's edge features
+    time_dim: int = 100
+    embedding_dim: int = 100
+    edge_feat_dim: int = 0  # F; 0 when the stream has no edge features
+    num_neighbors: int = 10  # k most recent neighbours in the attention layer
+    heads: int = 2
+    dropout: float = 0.1  # on the attention weights (TGN's nn.MultiheadAttention setting)
+    learn_time: bool = True  # TGN trains w and b of the time encoding
+    seed: int = 0  # weight init and dropout key
+
+    def __post_init__(self) -> None:
+        for name in ("memory_dim", "time_dim", "embedding_dim", "heads"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"TGNConfig.{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("edge_feat_dim", "num_neighbors", "seed"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"TGNConfig.{name} must be >= 0, got {getattr(self, name)}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ConfigError(f"TGNConfig.dropout must be in [0, 1), got {self.dropout}")
+        if self.query_dim % self.heads:
+            raise ConfigError(f"TGNConfig: memory_dim + time_dim = {self.memory_dim} + {self.time_dim} = "
+                              f"{self.query_dim} must be divisible by heads = {self.heads}")
+
+    @property
+    def query_dim(self) -> int:
+        return self.memory_dim + self.time_dim
+
+    @property
+    def key_dim(self) -> int:
+        return self.memory_dim + self.edge_feat_dim + self.time_dim
+
+    @property
+    def message_dim(self) -> int:
+        return 2 * self.memory_dim + self.edge_feat_dim + self.time_dim
+
+
+class TimeEncoder(nn.Module):
+    """``phi(dt) = cos(dt * w + b)`` with ``w = 1 / 10^linspace(0, 9, d)``, ``b = 0`` at init (TGN, TGL).
+
+    Shapes:
+        dt (...,) float -> (..., d) float32.
+    """
+
+    def __init__(self, dim: int, learnable: bool = True):
+        super().__init__()
+        w = torch.from_numpy(1.0 / 10.0 ** np.linspace(0, 9, dim)).float()
+        self.w = nn.Parameter(w, requires_grad=learnable)
+        self.b = nn.Parameter(torch.zeros(dim), requires_grad=learnable)
+
+    def forward(self, dt: torch.Tensor) -> torch.Tensor:
+        return torch.cos(dt.to(self.w.dtype).unsqueeze(-1) * self.w + self.b)
+
+
+class TemporalAttention(nn.Module):
+    """Multi-head attention of each query over its k neighbours, with padding; a query without any neighbour
+    gets a zero output (as TGN's ``TemporalAttentionLayer``).
+
+    Keys and values are ``[s_u, e, phi(dt)] W + b`` as in TGN, computed in two parts that add up to the same
+    product: the memory part once per distinct node (n rows) and gathered, the rest once per slot (3Bk rows).
+    On Wikipedia a batch touches n ~ 1,000 nodes against ~6,000 slots, and the memory part is the widest input.
+
+    Shapes:
+        query (Q, Dq);  node_memory (n, M);  nbr_row int64 (Q, k);  slot (Q, k, F+T) = [e, phi(dt)];
+        mask bool (Q, k);  drop_keys int64 (Q,)  ->  (Q, Dq).
+    """
+
+    def __init__(self, query_dim: int, memory_dim: int, key_dim: int, heads: int, dropout: float, seed: int):
+        super().__init__()
+        self.heads, self.dropout, self.seed, self.memory_dim = heads, dropout, seed, memory_dim
+        self.w_q = nn.Linear(query_dim, query_dim)
+        self.w_kv = nn.Linear(key_dim, 2 * query_dim)  # keys and values stacked: (2 Dq, M+F+T)
+        self.w_o = nn.Linear(query_dim, query_dim)
+
+    def forward(self, query: torch.Tensor, node_memory: torch.Tensor, nbr_row: torch.Tensor, slot: torch.Tensor,
+                mask: torch.Tensor, drop_keys: torch.Tensor, epoch: int) -> torch.Tensor:
+        q_n, k = mask.shape
+        h, m = self.heads, self.memory_dim
+        w = self.w_kv.weight  # (2 Dq, M+F+T)
+        per_node = F.linear(node_memory, w[:, :m])  # (n, 2 Dq): s_u W_s
+        kv = per_node[nbr_row] + F.linear(slot, w[:, m:], self.w_kv.bias)  # (Q, k, 2 Dq)
+        keys, values = kv.view(q_n, k, 2, h, -1).unbind(dim=2)  # (Q, k, H, Dh) each
+        q = self.w_q(query).view(q_n, h, -1)  # (Q, H, Dh)
+        scores = torch.einsum("qhd,qkhd->qhk", q, keys) / q.shape[-1] ** 0.5  # (Q, H, k)
+        empty = ~mask.any(dim=1)  # (Q,) no neighbour: attend to the padding, then zero the output
+        scores = scores.masked_fill(~(mask | empty[:, None])[:, None, :], float("-inf"))
+        probs = torch.softmax(scores, dim=-1)  # (Q, H, k)
+        # Keyed by (event id, role), not by position: any split of the batch drops the same weights.
+        probs = keyed_dropout(probs.reshape(q_n, h * k), drop_keys, p=self.dropout, seed=self.seed, epoch=epoch,
+                              layer=0, training=self.training).view(q_n, h, k)
+        out = torch.einsum("qhk,qkhd->qhd", probs, values).reshape(q_n, -1)  # (Q, Dq)
+        return self.w_o(out).masked_fill(empty[:, None], 0.0)
+
+
+def _mlp(d_in: int, d_hidden: int, d_out: int) -> nn.Sequential:
+    return nn.Sequential(nn.Linear(d_in, d_hidden), nn.ReLU(), nn.Linear(d_hidden, d_out))
+
+
+# --------------------------------------------------------------------------------------------- batch
+@dataclass(frozen=True, eq=False)
+class TGNBatch:
+    """Everything one process needs for its events of a batch, as tensors; node state is addressed by row
+    positions into ``node_ids`` (the rows to gather), never by global id.
+
+    Shapes:
+        event_ids, src, dst, neg int64 (B,);  t float64 (B,);  edge_feat float32 (B, F);
+        node_ids int64 (n,) ascending, distinct: every node whose state row the batch reads;
+        query_row int64 (3B,): rows of [src; dst; neg];  nbr_row int64 (3B, k) (0 on padding);
+        nbr_dt float32 (3B, k) query time - neighbour event time;  nbr_mask bool (3B, k);
+        nbr_feat float32 (3B, k, F);  epoch: key of the dropout masks.
+    """
+
+    event_ids: torch.Tensor
+    src: torch.Tensor
+    dst: torch.Tensor
+    neg: torch.Tensor
+    t: torch.Tensor
+    edge_feat: torch.Tensor
+    node_ids: torch.Tensor
+    query_row: torch.Tensor
+    nbr_row: torch.Tensor
+    nbr_dt: torch.Tensor
+    nbr_mask: torch.Tensor
+    nbr_feat: torch.Tensor
+    epoch: int = 0
+
+    @property
+    def num_events(self) -> int:
+        return int(self.event_ids.shape[0])
+
+    def to(self, device: torch.device | str) -> TGNBatch:
+        moved = {f.name: getattr(self, f.name) for f in fields(self)}
+        return TGNBatch(**{k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in moved.items()})
+
+
+def make_tgn_batch(events: TemporalEvents, event_ids: np.ndarray, neg: np.ndarray, csr: TemporalCSR, *,
+                   num_neighbors: int, epoch: int = 0) -> TGNBatch:
+    """Assemble a `TGNBatch`: look up the events, sample the k newest neighbours of src, dst and negative strictly
+    before the event time, and number the distinct nodes touched.
+
+    Args:
+        events: the stream (read-only; every process may hold it whole).
+        event_ids: int64 (B,) global ids of this process's events of the batch, ascending.
+        neg: int64 (B,) negative destination of each event (`NegativeSampler.sample`).
+        csr: the neighbour index (training: of the training events only, for an inductive split).
+        num_neighbors, epoch: k, and the dropout key.
+
+    Cost: one sampler call over 3B queries, one sort of the (3B + 3Bk) node ids touched.
+    """
+    eids = np.ascontiguousarray(event_ids, dtype=np.int64)  # (B,)
+    neg = np.ascontiguousarray(neg, dtype=np.int64)
+    if eids.ndim != 1 or neg.shape != eids.shape:
+        raise ConfigError(f"make_tgn_batch needs event_ids (B,) and neg (B,), got {eids.shape} and {neg.shape}")
+    b, f = eids.shape[0], events.edge_dim
+    src, dst = events.src[eids], events.dst[eids]  # (B,)
+    t = events.t[eids].astype(np.float64)  # (B,)
+    q_nodes = np.concatenate([src, dst, neg])  # (3B,)
+    q_t = np.tile(t, 3)  # (3B,)
+    nb = csr.sample_recent(q_nodes, q_t, num_neighbors)  # (3B, k)
+    node_ids = sorted_unique(np.concatenate([q_nodes, nb.ids[nb.mask]]))  # (n,)
+    nbr_row = np.where(nb.mask, np.searchsorted(node_ids, nb.ids), 0)  # (3B, k)
+    nbr_dt = np.where(nb.mask, q_t[:, None] - nb.times, 0.0).astype(np.float32)  # (3B, k), >= 0
+    if f:
+        edge_feat = events.edge_feat[eids]  # (B, F)
+        nbr_feat = events.edge_feat[np.maximum(nb.eids, 0)] * nb.mask[..., None]  # (3B, k, F)
+    else:
+        edge_feat = np.zeros((b, 0), dtype=np.float32)
+        nbr_feat = np.zeros((3 * b, num_neighbors, 0), dtype=np.float32)
+    as_t = torch.from_numpy
+    return TGNBatch(
+        event_ids=as_t(eids), src=as_t(src), dst=as_t(dst), neg=as_t(neg), t=as_t(t),
+        edge_feat=as_t(np.ascontiguousarray(edge_feat, dtype=np.float32)), node_ids=as_t(node_ids),
+        query_row=as_t(np.searchsorted(node_ids, q_nodes)), nbr_row=as_t(nbr_row), nbr_dt=as_t(nbr_dt),
+        nbr_mask=as_t(nb.mask), nbr_feat=as_t(np.ascontiguousarray(nbr_feat, dtype=np.float32)), epoch=epoch,
+    )
+
+
+# --------------------------------------------------------------------------------------------- model
+@dataclass(frozen=True, eq=False)
+class TGNOutput:
+    """What `TGN.forward` returns.
+
+    Shapes:
+        pos_logit, neg_logit (B,);  memory (n, M) the memory batch b used for each row of ``node_ids``
+        (differentiable);  last_update float64 (n,).
+    """
+
+    pos_logit: torch.Tensor
+    neg_logit: torch.Tensor
+    memory: torch.Tensor
+    last_update: torch.Tensor
+
+
+class TGN(nn.Module):
+    """TGN for link prediction: GRU memory, one temporal attention layer, MLP decoder (formulas above).
+
+    Args:
+        config: see `TGNConfig`. Weights come from torch's default initialisers under ``config.seed`` (the same on
+            every process; the global RNG is left untouched).
+    """
+
+    def __init__(self, config: TGNConfig):
+        super().__init__()
+        self.config = c = config
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(c.seed)
+            self.time_enc = TimeEncoder(c.time_dim, learnable=c.learn_time)
+            self.memory_updater = nn.GRUCell(c.message_dim, c.memory_dim)
+            self.attention = TemporalAttention(c.query_dim, c.memory_dim, c.key_dim, c.heads, c.dropout, c.seed)
+            self.merge = _mlp(c.query_dim + c.memory_dim, c.embedding_dim, c.embedding_dim)
+            self.decoder = _mlp(2 * c.embedding_dim, c.embedding_dim, 1)
+
+    def update_memory(self, rows: MemoryRows) -> tuple[torch.Tensor, torch.Tensor]:
+        """Apply each row's pending message (if any): the memory batch b uses, and its time.
+
+        Shapes:
+            rows of n nodes -> memory (n, M), last_update float64 (n,).
+        """
+        has_mail = rows.mail_eid >= 0  # (n,)
+        dt = rows.mail_t - rows.last_update  # (n,) float64: exact before the cast to the encoder's float32
+        msg = torch.cat([rows.memory, rows.mail_other, rows.mail_feat, self.time_enc(dt)], dim=1)  # (n, 2M+F+T)
+        new = self.memory_updater(msg, rows.memory)  # (n, M)
+        memory = torch.where(has_mail[:, None], new, rows.memory)  # (n, M)
+        return memory, torch.where(has_mail, rows.mail_t, rows.last_update)
+
+    def embed(self, memory: torch.Tensor, batch: TGNBatch) -> torch.Tensor:
+        """Embeddings of the 3B queries [src; dst; neg] at their event times.
+
+        Shapes:
+            memory (n, M) -> (3B, D).
+        """
+        s_q = memory[batch.query_row]  # (3B, M)
+        zero = self.time_enc(torch.zeros(1, device=memory.device)).expand(s_q.shape[0], -1)  # (3B, T) = phi(0)
+        query = torch.cat([s_q, zero], dim=1)  # (3B, M+T)
+        slot = torch.cat([batch.nbr_feat, self.time_enc(batch.nbr_dt)], dim=2)  # (3B, k, F+T)
+        roles = torch.arange(3, device=memory.device).repeat_interleave(batch.num_events)  # (3B,) src, dst, neg
+        keys = batch.event_ids.repeat(3) * 3 + roles  # (3B,) dropout key of each query
+        att = self.attention(query, memory, batch.nbr_row, slot, batch.nbr_mask, keys, batch.epoch)  # (3B, M+T)
+        return self.merge(torch.cat([att, s_q], dim=1))  # (3B, D)
+
+    def decode(self, z_src: torch.Tensor, z_dst: torch.Tensor) -> torch.Tensor:
+        """Link logits. Shapes: (B, D), (B, D) -> (B,)."""
+        return self.decoder(torch.cat([z_src, z_dst], dim=1)).squeeze(1)
+
+    def forward(self, rows: MemoryRows, batch: TGNBatch) -> TGNOutput:
+        """One batch: rows are the state of ``batch.node_ids`` as stored before this batch.
+
+        Shapes:
+            rows of n = len(batch.node_ids) nodes -> `TGNOutput`.
+        """
+        if len(rows) != batch.node_ids.shape[0]:
+            raise ConfigError(f"TGN.forward: {len(rows)} state rows for {batch.node_ids.shape[0]} batch nodes; "
+                              f"expected one row per entry of batch.node_ids")
+        memory, last_update = self.update_memory(rows)  # (n, M), (n,)
+        z = self.embed(memory, batch)  # (3B, D)
+        z_src, z_dst, z_neg = z.split(batch.num_events)  # (B, D) each
+        return TGNOutput(self.decode(z_src, z_dst), self.decode(z_src, z_neg), memory, last_update)
+
+
+# --------------------------------------------------------------------------------------------- loss, messages
+def tgn_batch_loss(pos_logit: torch.Tensor, neg_logit: torch.Tensor, num_events: int) -> torch.Tensor:
+    """``sum(BCE(pos, 1) + BCE(neg, 0)) / num_events``; TGN's ``mean BCE(pos) + mean BCE(neg)`` when
+    ``num_events`` is the global batch size, so per-process pieces add up to the single-process loss.
+
+    Shapes:
+        pos_logit, neg_logit (B_local,) -> scalar.
+    """
+    if num_events < 1:
+        raise ConfigError(f"tgn_batch_loss: num_events must be >= 1, got {num_events}")
+    if pos_logit.shape != neg_logit.shape or pos_logit.dim() != 1:
+        raise ConfigError(f"tgn_batch_loss needs pos_logit (B,) and neg_logit (B,), got {tuple(pos_logit.shape)} "
+                          f"and {tuple(neg_logit.shape)}")
+    return (F.softplus(-pos_logit).sum() + F.softplus(neg_logit).sum()) / num_events
+
+
+def tgn_messages(batch: TGNBatch, out: TGNOutput) -> MemoryUpdate:
+    """The rows batch b writes back: for both endpoints of each event, the memory the batch used (now the node's
+    stored memory) and the event's message. A node in several events gets several rows; `TGNMemoryState.apply`
+    keeps the newest.
+
+    Shapes:
+        -> MemoryUpdate with u = 2B rows: [src of every event; dst of every event].
+    """
+    b = batch.num_events
+    src_row, dst_row = batch.query_row[:b], batch.query_row[b:2 * b]  # (B,)
+    own = torch.cat([src_row, dst_row])  # (2B,)
+    other = torch.cat([dst_row, src_row])  # (2B,)
+    memory = out.memory.detach()  # (n, M)
+    rows = MemoryRows(
+        memory=memory[own], last_update=out.last_update[own], mail_other=memory[other],
+        mail_feat=batch.edge_feat.repeat(2, 1), mail_t=batch.t.repeat(2), mail_eid=batch.event_ids.repeat(2),
+    )
+    return MemoryUpdate(torch.cat([batch.src, batch.dst]), rows)
