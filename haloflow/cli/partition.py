@@ -17,6 +17,7 @@ from haloflow.errors import ConfigError
 from haloflow.partition.api import METHODS, PartitionConfig
 from haloflow.partition.fennel import FENNEL_STARTS
 from haloflow.partition.format import check_output_dir
+from haloflow.cli.reader_args import READER_FLAGS, add_reader_arguments, reader_options
 from haloflow.partition.pipeline import partition_dataset, read_input
 
 __all__ = ["register", "run"]
@@ -25,13 +26,7 @@ __all__ = ["register", "run"]
 _FLAGS = {f"PartitionConfig.{field}": flag for field, flag in {
     "num_parts": "--parts", "method": "--method", "balance": "--balance", "imbalance": "--imbalance",
     "seed": "--seed", "fennel_start": "--fennel-start"}.items()}
-# Reader options as read_dataset names them -> the flags (e.g. "format 'pace' takes no option --num-nodes").
-_FLAGS.update({
-    "option 'num_nodes'": "option --num-nodes", "option 'one_based'": "option --one-based",
-    "option 'name'": "option --name", "option 'split'": "option --split", "num_nodes must": "--num-nodes must",
-    "expected num_nodes or one_based": "expected --num-nodes or --one-based", "expected name": "expected --name",
-    "expected split or symmetrize": "expected --split",
-})
+_FLAGS.update(READER_FLAGS)
 
 
 def register(subparsers) -> None:
@@ -43,16 +38,7 @@ def register(subparsers) -> None:
     )
     p.add_argument("input", metavar="INPUT", help="graph file (SNAP edge list, PACE .gr) or folder (OGB, Planetoid)")
     p.add_argument("--format", choices=FORMATS, default="auto", help="input format (default: detect)")
-    p.add_argument(
-        "--num-nodes", type=int, default=None, metavar="N",
-        help="SNAP edge list: the number of nodes, isolated ones included (ids must be < N); without it ids must "
-        "be < 2 x edges + 1024, so that a stray id cannot size a huge graph",
-    )
-    p.add_argument("--one-based", action="store_true",
-                   help="SNAP edge list: ids start at 1 (KONECT, some SNAP copies); id k becomes node k - 1")
-    p.add_argument("--name", default=None, help="Planetoid folder holding several sets: the one to read (e.g. cora)")
-    p.add_argument("--split", default=None, metavar="SCHEME",
-                   help="OGB folder with several split schemes under split/: the one to use")
+    add_reader_arguments(p)
     p.add_argument("--parts", type=int, required=True, metavar="K", help="number of parts, 1 <= K <= nodes")
     p.add_argument("--method", choices=METHODS, default="metis", help="partitioner (default: metis)")
     p.add_argument(
@@ -84,11 +70,8 @@ def run(args: argparse.Namespace) -> int:
         )
         check_output_parent(args.out)  # fail before reading a large input
         check_output_dir(args.out, args.overwrite)
-        options = {"num_nodes": args.num_nodes, "one_based": args.one_based or None, "name": args.name,
-                   "split": args.split}  # only what the user gave: each format takes only its own options
         t = time.perf_counter()
-        dataset = read_input(args.input, format=args.format, symmetrize=args.symmetrize,
-                             **{k: v for k, v in options.items() if v is not None})
+        dataset = read_input(args.input, format=args.format, symmetrize=args.symmetrize, **reader_options(args))
         read_s = time.perf_counter() - t
         summary = partition_dataset(dataset, config, args.out, overwrite=args.overwrite, progress=True)
     except ConfigError as err:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import logging
 
+from haloflow.cli.reader_args import READER_FLAGS, add_reader_arguments, reader_options
 from haloflow.cli.runtime_args import add_runtime_arguments, relaunch_if_asked, runtime_config
 
 __all__ = ["register", "config_from_args"]
@@ -21,7 +22,7 @@ log = logging.getLogger(__name__)
 # config field -> flag, for error messages
 FLAGS = {"hidden_dim": "--hidden", "num_layers": "--layers", "dataset_format": "--format",
          "weight_decay": "--weight-decay", "halo_keep": "--halo-keep", "bucket_bytes": "--bucket-bytes",
-         "dataset": "--dataset", "partitions": "--partitions"}
+         "dataset": "--dataset", "partitions": "--partitions", **READER_FLAGS}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -36,6 +37,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     src.add_argument("--dataset", metavar="PATH", help="a data set (SNAP, PACE, OGB folder, Planetoid folder)")
     src.add_argument("--partitions", metavar="DIR", help="a partition folder from `haloflow partition`")
     p.add_argument("--format", dest="dataset_format", default=d.dataset_format, help="format of --dataset")
+    add_reader_arguments(p)
     p.add_argument("--epochs", type=int, default=d.epochs)
     p.add_argument("--lr", type=float, default=d.lr)
     p.add_argument("--weight-decay", type=float, default=d.weight_decay, help="on layer 0's weights")
@@ -70,6 +72,7 @@ def config_from_args(args: argparse.Namespace):
     try:
         return GCNTrainConfig(
             dataset=args.dataset, partitions=args.partitions, dataset_format=args.dataset_format,
+            reader_options=tuple(reader_options(args).items()),
             symmetrize=not args.directed, normalize_features=not args.no_normalize, hidden_dim=args.hidden_dim,
             num_layers=args.num_layers, dropout=args.dropout, conv=args.conv, seed=args.seed,
             precompute_first=not args.no_precompute, kernel=args.kernel, epochs=args.epochs, lr=args.lr,

@@ -54,6 +54,7 @@ class GCNTrainConfig:
     dataset: str | None = None
     partitions: str | None = None
     dataset_format: str = "auto"
+    reader_options: tuple[tuple[str, object], ...] = ()  # e.g. (("one_based", True),): passed to read_dataset
     symmetrize: bool = True  # GCN expects an undirected graph; `haloflow partition` symmetrises the same way
     normalize_features: bool = True  # divide each row by its sum (the GCN paper's preprocessing); per node, so any K
     # model
@@ -180,7 +181,8 @@ def _local_from(features, labels, train, val, test, node_ids, num_classes: int, 
 def _load_dataset(config: GCNTrainConfig) -> GraphDataset:
     from haloflow.partition.pipeline import read_input
 
-    return read_input(config.dataset, format=config.dataset_format, symmetrize=config.symmetrize)
+    return read_input(config.dataset, format=config.dataset_format, symmetrize=config.symmetrize,
+                      **dict(config.reader_options))
 
 
 def _load_part(config: GCNTrainConfig, layout: ParallelLayout) -> GraphPart:
