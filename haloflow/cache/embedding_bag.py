@@ -1,0 +1,68 @@
+"""``CachedEmbeddingBag``: a sum-pooled embedding bag over any `RowStore`, with the optimizer fused into the store.
+
+::
+
+    ids      [7, 2, 7, 9, 2]    offsets [0, 2, 5)   (bags: [7, 2], [7, 9, 2])
+    uniq     [2, 7, 9]          inverse [1, 0, 1, 2, 0]
+    rows   = store.gather(uniq)            (u, D) leaf tensor, requires grad
+    pooled = embedding_bag(inverse, rows, offsets, mode="sum")       (B, D)
+    loss.backward()                        rows.grad (u, D): each row's gradient summed over its occurrences
+    step() -> store.apply_gradients(uniq, rows.grad)
+
+The table is not a parameter of the module (a ``torch.optim`` optimizer never sees it); ``step()`` after
+``backward()`` updates the rows in the store (TorchRec's "fused optimizer" style). Summing the gradient of a
+row over its occurrences here gives the same floats as ``nn.EmbeddingBag(sparse=True)``'s gradient coalesced.
+
+Shapes:
+    ids int64 (nnz,), offsets int64 (B,) bag starts (or (B+1,) with ``include_last_offset``) -> (B, D)
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from haloflow.cache.types import RowStore
+
+__all__ = ["CachedEmbeddingBag"]
+
+
+class CachedEmbeddingBag(nn.Module):
+    """Sum pooling of the rows of ``store``, like ``nn.EmbeddingBag(mode="sum")`` with offsets.
+
+    Args:
+        store: where the rows live (`MemoryStore`, `CachedStore`, ...).
+        include_last_offset: offsets are (B+1,) with the end of the last bag (as ``JaggedBatch.bag_offsets``).
+    """
+
+    def __init__(self, store: RowStore, *, include_last_offset: bool = False):
+        super().__init__()
+        self.store, self.include_last_offset = store, include_last_offset
+        self._pending: list[tuple[Tensor, Tensor]] = []  # (uniq, rows) of forwards not yet stepped
+
+    def forward(self, ids: Tensor, offsets: Tensor) -> Tensor:
+        uniq, inverse = torch.unique(ids, return_inverse=True)  # (u,), (nnz,)
+        rows = self.store.gather(uniq).detach().requires_grad_(self.training)  # (u, D) leaf
+        if self.training:
+            self._pending.append((uniq, rows))
+        dev = rows.device
+        return F.embedding_bag(inverse.to(dev), rows, offsets.to(dev), mode="sum",
+                               include_last_offset=self.include_last_offset)  # (B, D)
+
+    def prefetch(self, ids: Tensor) -> None:
+        """Start loading the next batch's rows (when the store can; a no-op for a `MemoryStore`)."""
+        fetch = getattr(self.store, "prefetch", None)
+        if fetch is not None:
+            fetch(ids)
+
+    def step(self) -> None:
+        """Hand each pending forward's ``rows.grad`` to ``store.apply_gradients``; rows without a gradient skip."""
+        pending, self._pending = self._pending, []
+        for uniq, rows in pending:
+            if rows.grad is not None:
+                self.store.apply_gradients(uniq, rows.grad)
+
+    def extra_repr(self) -> str:
+        s = self.store
+        return f"{getattr(s, 'name', '?')}: {s.num_rows} x {s.dim}, store={type(s).__name__}"
