@@ -4,6 +4,7 @@
 
     haloflow train gcn  --dataset PATH | --partitions DIR [--nproc K] ...     (haloflow/cli/train_gcn.py)
     haloflow train dlrm ...                                                   (haloflow/cli/train_dlrm.py)
+    haloflow train tgn  --events FILE [--partitions DIR] [--nproc K] ...      (haloflow/cli/train_tgn.py)
 
 A model module provides ``register(subparsers)``, like the top-level commands, so adding a model is adding one
 file and one name to ``_MODELS``.
@@ -17,7 +18,7 @@ from haloflow.cli import register_modules
 
 __all__ = ["register"]
 
-_MODELS = ["gcn", "dlrm"]  # modules haloflow.cli.train_<name>
+_MODELS = ["gcn", "dlrm", "tgn"]  # modules haloflow.cli.train_<name>
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

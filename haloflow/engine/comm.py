@@ -31,6 +31,7 @@ __all__ = [
     "CommStats",
     "wait_work",
     "all_gather_rows",
+    "all_gather_cat",
     "AllToAllHandle",
     "all_to_all",
 ]
@@ -144,6 +145,26 @@ def all_gather_rows(values: Sequence[float], group: Group | None, what: str) -> 
         raise DistributedError(f"rank {group_rank(group)}: {what} failed - a peer process died or did not answer "
                                f"within the timeout ({str(err).splitlines()[0][:300]})") from err
     return rows.cpu()
+
+
+def all_gather_cat(x: Tensor, group: Group | None) -> Tensor:
+    """Every rank's 1-D tensor concatenated in rank order (sizes may differ: padded to the longest, then cut)."""
+    if group is None:
+        return x
+    world = group_size(group)
+    sizes = all_gather_rows([x.numel()], group, "sizes of a gather").reshape(-1).long().tolist()
+    longest = max(sizes)
+    # NCCL moves only device tensors, gloo only host ones
+    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend(group) == "nccl" else "cpu"
+    padded = torch.zeros(longest, dtype=x.dtype, device=device)
+    padded[: x.numel()] = x
+    out = [torch.empty_like(padded) for _ in range(world)]
+    try:
+        dist.all_gather(out, padded, group=group)
+    except RuntimeError as err:
+        raise DistributedError(f"rank {group_rank(group)}: gather failed - a peer process died or did not answer "
+                               f"within the timeout ({str(err).splitlines()[0][:300]})") from err
+    return torch.cat([o[:n] for o, n in zip(out, sizes)]).to(x.device)
 
 
 class AllToAllHandle:

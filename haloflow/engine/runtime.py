@@ -33,6 +33,7 @@ import torch.distributed as dist
 
 from haloflow.errors import ConfigError
 from haloflow.utils.progress import progress_bar
+from haloflow.utils.threads import follow_torch_threads
 
 __all__ = [
     "DEVICES", "ParallelLayout", "expect_parts", "resolve_device", "init_from_env", "shutdown", "RuntimeConfig", "Runtime",
@@ -226,6 +227,7 @@ class Runtime:
         the run is this process alone, as training on a whole data set is)."""
         config = config or RuntimeConfig()
         t0 = time.perf_counter()
+        follow_torch_threads()  # before any numba kernel can reset torch's thread count
         if not join:
             layout = ParallelLayout(rank=0, world_size=1, local_rank=0, device=resolve_device(config.device),
                                     backend=None, group=None)

@@ -46,6 +46,7 @@ import torch
 from numba import njit, prange
 
 from haloflow.errors import ConfigError
+from haloflow.utils.threads import follow_torch_threads
 
 __all__ = ["SparseOperator", "KERNELS", "DEFAULT_KERNEL", "csr_transpose"]
 
@@ -143,29 +144,8 @@ class _CSR:
         return out
 
 
-_POOL_STARTED = False
-
-
-@njit(parallel=True, cache=True)
-def _start_pool(x):  # pragma: no cover - compiled
-    for i in numba.prange(x.shape[0]):
-        x[i] = 0.0
-
-
 def _sync_numba_threads() -> None:
-    # numba keeps its own pool; follow torch's thread count so torchrun's OMP_NUM_THREADS=1 ranks stay at 1 core.
-    # numba's OpenMP layer, started by its first parallel launch, resets the OpenMP thread count that torch reads
-    # to NUMBA_NUM_THREADS (all cores): 2 ranks on 2 cores then ran torch's ops with 2 threads each. Start the
-    # pool once here and give torch its count back.
-    global _POOL_STARTED
-    if not _POOL_STARTED:
-        threads = torch.get_num_threads()
-        _start_pool(np.zeros(1))
-        torch.set_num_threads(threads)
-        _POOL_STARTED = True
-    n = max(1, min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS))
-    if numba.get_num_threads() != n:
-        numba.set_num_threads(n)
+    follow_torch_threads()  # see haloflow.utils.threads: keeps torchrun's OMP_NUM_THREADS=1 ranks at one core
 
 
 class _SpMM(torch.autograd.Function):

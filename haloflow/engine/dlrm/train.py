@@ -29,6 +29,7 @@ import torch.distributed as dist
 
 from haloflow.data.clicks import CHUNK
 from haloflow.data.jagged import ClickBatch, JaggedBatch, split_sizes
+from haloflow.engine.comm import all_gather_cat
 from haloflow.engine.dlrm.sharding import build_sharded_dlrm
 from haloflow.engine.runtime import ParallelLayout, Runtime, RuntimeConfig, TrainResult, to_device
 from haloflow.errors import ConfigError
@@ -236,21 +237,6 @@ def _all_sum(x: torch.Tensor, layout: ParallelLayout) -> torch.Tensor:
     return x
 
 
-def _gather(x: torch.Tensor, layout: ParallelLayout) -> torch.Tensor:
-    """Concatenate every rank's 1-D tensor in rank order (uneven sizes: pad to the longest)."""
-    if layout.group is None:
-        return x
-    n = torch.tensor([x.numel()], device=x.device)
-    sizes = [torch.zeros(1, dtype=torch.int64, device=x.device) for _ in range(layout.world_size)]
-    dist.all_gather(sizes, n, group=layout.group)
-    longest = int(max(sizes))
-    padded = torch.zeros(longest, dtype=x.dtype, device=x.device)
-    padded[: x.numel()] = x
-    out = [torch.empty_like(padded) for _ in range(layout.world_size)]
-    dist.all_gather(out, padded, group=layout.group)
-    return torch.cat([o[: int(s)] for o, s in zip(out, sizes)])
-
-
 @torch.no_grad()
 def _evaluate(net, data: _Data, layout: ParallelLayout, config: DLRMTrainConfig) -> tuple[float, float]:
     scores, labels, count = [], [], 0
@@ -267,8 +253,8 @@ def _evaluate(net, data: _Data, layout: ParallelLayout, config: DLRMTrainConfig)
     if count == 0:
         return float("nan"), float("nan")
     loss_sum = _all_sum(loss_sum, layout)
-    all_scores = _gather(torch.cat(scores), layout).cpu()
-    all_labels = _gather(torch.cat(labels), layout).cpu()
+    all_scores = all_gather_cat(torch.cat(scores), layout.group).cpu()
+    all_labels = all_gather_cat(torch.cat(labels), layout.group).cpu()
     return float(loss_sum) / count, auc_rank_sum(all_scores, all_labels)
 
 

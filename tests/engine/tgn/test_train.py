@@ -1,0 +1,68 @@
+"""Distributed TGN: K = 2 and 4 real gloo processes, node memory owned by partition, equal one process."""
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from haloflow.engine.runtime import RuntimeConfig
+from haloflow.engine.tgn.memory import NodeOwners
+from haloflow.engine.tgn.train import TGNTrainConfig, train_tgn
+from haloflow.errors import ConfigError
+from tests.conftest import run_torchrun
+
+SCRIPTS = Path(__file__).parents[1] / "scripts"
+sys.path.insert(0, str(SCRIPTS))
+from tgn_parity import BATCHES, config, stream  # noqa: E402
+
+
+def test_node_blocks_cover_every_node_once():
+    owners = NodeOwners.blocks(10, 3)
+    assert owners.counts == (4, 3, 3)
+    assert owners.owner.tolist() == [0] * 4 + [1] * 3 + [2] * 3
+    assert owners.row.tolist() == [0, 1, 2, 3, 0, 1, 2, 0, 1, 2]
+
+
+def test_config_names_the_field():
+    with pytest.raises(ConfigError, match="batch_size must be >= 1, got 0") as err:
+        TGNTrainConfig(events="x", batch_size=0)
+    assert err.value.field == "batch_size"
+    with pytest.raises(ConfigError, match="schedule must be one of"):
+        TGNTrainConfig(events="x", schedule="never")
+
+
+def test_one_process_learns_and_reports(tmp_path):
+    cfg = config()
+    result = train_tgn(TGNTrainConfig(**{**cfg.__dict__, "max_train_batches": None, "eval": True, "epochs": 2,
+                                         "mrr_events": 128,
+                                         "runtime": RuntimeConfig(device="cpu", progress=False,
+                                                                  log_jsonl=tmp_path / "t.jsonl")}),
+                       events=stream())
+    assert result.epoch_losses[1] < result.epoch_losses[0]
+    m = result.metrics
+    assert 0.5 < m["test_ap"] <= 1 and 0.5 < m["test_auc"] <= 1 and 0 < m["test_mrr"] <= 1
+    assert result.devices == {"model": {"cpu"}, "memory": {"cpu"}}
+    assert (tmp_path / "t.jsonl").read_text().count("\n") == 3  # two epochs and the summary
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("k, schedule", [(2, "overlap"), (4, "wait_first")])
+def test_k_ranks_train_what_one_process_trains(tmp_path, k, schedule):
+    proc = run_torchrun(SCRIPTS / "tgn_parity.py", k, [tmp_path, schedule], timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ref = train_tgn(config(), events=stream())
+    full = ref.memory.gather_all()
+    for r in range(k):
+        got = dict(np.load(tmp_path / f"rank{r}.npz"))
+        assert len(got["losses"]) == BATCHES
+        torch.testing.assert_close(torch.from_numpy(got["losses"]), torch.tensor(ref.batch_losses),
+                                   check_dtype=False)
+        torch.testing.assert_close(torch.from_numpy(got["memory"]), full.memory, atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(torch.from_numpy(got["mail_other"]), full.mail_other, atol=1e-5, rtol=1e-4)
+        assert np.array_equal(got["last_update"], full.last_update.numpy())
+        assert np.array_equal(got["mail_eid"], full.mail_eid.numpy())
+        for name, w in ref.state_dict.items():
+            torch.testing.assert_close(torch.from_numpy(got[f"w_{name}"]), w, atol=1e-5, rtol=1e-4, msg=name)
+        assert got["fetch_bytes"] > 0  # rows really crossed between ranks
