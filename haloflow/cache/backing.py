@@ -203,6 +203,14 @@ class BackingStore:
             a.index_copy_(0, ids, rows[k].to("cpu"))
         self._touch(ids.numel())
 
+    @property
+    def write_chunk(self) -> int:
+        """Rows per ``write`` call that keep the mapped pages near ``max_resident_bytes`` (scattered rows map one
+        page per array each), for callers that write many rows (a cache's flush)."""
+        if self._max_resident is None or not self._maps:
+            return _BLOCK
+        return max(256, self._max_resident // (_PAGE * len(self.arrays)))
+
     def _touch(self, n: int) -> None:
         if self._max_resident is None or not self._maps:
             return

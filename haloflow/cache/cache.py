@@ -47,8 +47,6 @@ from haloflow.errors import ConfigError
 
 __all__ = ["CachedStore", "CacheConfig"]
 
-_CHUNK = 1 << 16  # slots per write-back copy in flush (bounds the host buffer)
-
 
 @dataclass(frozen=True, kw_only=True)
 class CacheConfig:
@@ -267,8 +265,10 @@ class CachedStore:
         """Write every dirty slot back (then the backing store is complete) and flush the files."""
         self._mover.wait()
         dirty = np.flatnonzero(self.dirty)
-        for lo in range(0, dirty.size, _CHUNK):
-            s = dirty[lo:lo + _CHUNK]
+        dirty = dirty[np.argsort(self.directory.slot_id[dirty])]  # in row order: the files are written forwards
+        chunk = self.backing.write_chunk  # bounds the host buffer and the file pages mapped at once
+        for lo in range(0, dirty.size, chunk):
+            s = dirty[lo:lo + chunk]
             st = torch.from_numpy(s).to(self.device)
             self.backing.write(torch.from_numpy(self.directory.slot_id[s]),
                                {k: a.index_select(0, st) for k, a in self.slots.items()})

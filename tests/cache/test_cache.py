@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from haloflow.cache import (SGD, Adagrad, BackingStore, CacheConfig, CachedEmbeddingBag, CachedStore, MemoryStore,
-                            RowWiseAdagrad, make_policy)
+                            RowStore, RowWiseAdagrad, make_policy)
 from haloflow.errors import ConfigError
 from tests.cache.conftest import zipf_batches
 
@@ -159,5 +159,6 @@ def test_config_and_errors_name_the_table():
     with pytest.raises(ConfigError, match="policy must be one of"):
         CacheConfig(ratio=0.1, policy="fifo")
     store = CachedStore(backing, num_slots=4)
+    assert isinstance(store, RowStore)
     with pytest.raises(ConfigError, match=r"table 't7': id 100 outside its rows 0..99"):
         store.gather(torch.tensor([3, 100]))
