@@ -15,7 +15,7 @@ __all__ = ["register", "config_from_args"]
 
 FLAGS = {"batch_size": "--batch-size", "max_steps": "--max-steps", "log_every": "--log-every",
          "max_eval_batches": "--max-eval-batches", "synthetic_train": "--synthetic-train",
-         "synthetic_val": "--synthetic-val", "dp_grad": "--dp-grad"}
+         "synthetic_val": "--synthetic-val", "dp_grad": "--dp-grad", "cache_ratio": "--cache-ratio"}
 
 
 def _widths(text: str) -> tuple[int, ...]:
@@ -53,6 +53,14 @@ def register(subparsers) -> None:
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--dp-grad", choices=("sparse", "dense"), default=d.dp_grad,
                    help="how data-parallel tables' gradients are summed (default sparse)")
+    p.add_argument("--optimizer", choices=("sgd", "adagrad", "rowwise_adagrad"), default=d.optimizer,
+                   help="optimizer of the tables (adagrad and rowwise_adagrad keep their state with the rows; the "
+                   "MLPs then use Adagrad); default sgd")
+    p.add_argument("--cache-ratio", type=float, default=None, metavar="R",
+                   help="keep this fraction of each table's rows in a software cache on the device, the rest in "
+                   "host memory (e.g. 0.01); default: whole tables on the device")
+    p.add_argument("--cache-policy", choices=("lru", "lfu", "frequency"), default=d.cache_policy,
+                   help="which rows stay cached (default lru)")
     p.add_argument("--synthetic-scale", type=float, default=d.synthetic_scale, help="Kaggle table sizes times this")
     p.add_argument("--synthetic-max-rows", type=int, default=None, help="cap on a synthetic table's rows")
     p.add_argument("--synthetic-train", type=int, default=d.synthetic_train, help="synthetic training samples")
@@ -72,7 +80,8 @@ def config_from_args(args: argparse.Namespace):
             data=args.data, synthetic=args.synthetic, plan=args.plan, batch_size=args.batch_size, lr=args.lr,
             epochs=args.epochs, max_steps=args.max_steps, log_every=log_every,
             max_eval_batches=args.max_eval_batches, embedding_dim=args.embedding_dim, bottom_mlp=args.bottom_mlp,
-            top_mlp=args.top_mlp, seed=args.seed, dp_grad=args.dp_grad,
+            top_mlp=args.top_mlp, seed=args.seed, dp_grad=args.dp_grad, optimizer=args.optimizer,
+            cache_ratio=args.cache_ratio, cache_policy=args.cache_policy,
             synthetic_scale=args.synthetic_scale, synthetic_max_rows=args.synthetic_max_rows,
             synthetic_train=args.synthetic_train, synthetic_val=args.synthetic_val,
             runtime=runtime_config(args, DLRMTrainConfig(synthetic=True).runtime),

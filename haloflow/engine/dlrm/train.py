@@ -39,6 +39,8 @@ from haloflow.partition.planner.planner import table_wise_plan
 
 __all__ = ["DLRMTrainConfig", "DLRMTrainResult", "train_dlrm", "auc_rank_sum"]
 
+ROW_OPTIMIZERS = ("sgd", "adagrad", "rowwise_adagrad")
+
 log = logging.getLogger(__name__)
 
 
@@ -61,6 +63,11 @@ class DLRMTrainConfig:
         max_eval_batches: cap on validation batches (None: the whole split).
         embedding_dim, bottom_mlp, top_mlp, seed: the model (``DLRMConfig``).
         dp_grad: "sparse" or "dense" sum of data-parallel tables' gradients.
+        optimizer: "sgd", "adagrad" or "rowwise_adagrad" for the tables (fused into their row stores for the
+            last two; the MLPs use torch's SGD or Adagrad, row-wise Adagrad being for rows only).
+        cache_ratio: keep this fraction of each table's rows in a software cache on the device, the rest (and
+            the optimizer state) in host memory (``haloflow.cache``); None: the tables wholly on the device.
+        cache_policy: "lru", "lfu" or "frequency".
         runtime: device, timeout and output (``RuntimeConfig``; ``log_jsonl`` gets every JSON record).
     """
 
@@ -82,6 +89,9 @@ class DLRMTrainConfig:
     top_mlp: tuple[int, ...] = (512, 256)
     seed: int = 0
     dp_grad: str = "sparse"
+    optimizer: str = "sgd"
+    cache_ratio: float | None = None
+    cache_policy: str = "lru"
     runtime: RuntimeConfig = field(default_factory=lambda: RuntimeConfig(timeout_s=300.0))
 
     def __post_init__(self) -> None:
@@ -99,6 +109,10 @@ class DLRMTrainConfig:
                               field="max_eval_batches")
         if not (self.lr > 0 and math.isfinite(self.lr)):
             raise ConfigError(f"lr must be a finite number > 0, got {self.lr}", field="lr")
+        if self.optimizer not in ROW_OPTIMIZERS:
+            raise ConfigError(f"optimizer must be one of {ROW_OPTIMIZERS}, got {self.optimizer!r}", field="optimizer")
+        if self.cache_ratio is not None and not 0 < self.cache_ratio <= 1:
+            raise ConfigError(f"cache_ratio must be in (0, 1], got {self.cache_ratio}", field="cache_ratio")
         if self.dp_grad not in ("sparse", "dense"):
             raise ConfigError(f"dp_grad must be 'sparse' or 'dense', got {self.dp_grad!r}", field="dp_grad")
         for name in ("data", "plan"):
@@ -118,6 +132,7 @@ class DLRMTrainResult(TrainResult):
     val_logloss: float | None = None
     val_auc: float | None = None
     comm_bytes_per_step: float = 0.0  # this rank's average, all collectives
+    cache: dict = field(default_factory=dict)  # the tables' cache counters (hit rate, bytes moved); {} without
 
     @property
     def samples_per_s(self) -> float:
@@ -128,7 +143,8 @@ class DLRMTrainResult(TrainResult):
         rows = [["steps", self.steps], ["samples / s", self.samples_per_s],
                 ["train loss (last 100 steps)", sum(window) / max(len(window), 1)],
                 ["val logloss", self.val_logloss], ["val AUC", self.val_auc],
-                ["bytes sent / step / rank", int(self.comm_bytes_per_step)]]
+                ["bytes sent / step / rank", int(self.comm_bytes_per_step)],
+                *([["cache hit rate", self.cache["cache_hit_rate"]]] if self.cache else [])]
         return self.format_summary(f"DLRM, {self.steps} steps", rows, steps=self.steps)
 
 
@@ -195,6 +211,18 @@ class _Data:
 
 
 # ------------------------------------------------------------------------------------------------ loop
+def _cache_record(model) -> dict:
+    """Hit rate and bytes of the tables' caches so far (nothing without a cache)."""
+    stats = getattr(model.embeddings, "cache_stats", None)
+    if stats is None:
+        return {}
+    s = stats()
+    if not s.lookups:
+        return {}
+    return {"cache_hit_rate": s.hit_rate, "cache_bytes_to_device": s.bytes_to_device,
+            "cache_bytes_to_host": s.bytes_to_host}
+
+
 def _state(net, layout: ParallelLayout) -> dict:
     """The single-device model's weights (on the CPU); empty when sharded (``DistributedDLRM.to_dlrm`` gathers
     them, a collective that materialises every table on every rank)."""
@@ -208,6 +236,19 @@ def _build_model(config: DLRMTrainConfig, data: _Data, layout: ParallelLayout):
     model_config = DLRMConfig(table_sizes=data.table_sizes, num_dense=data.num_dense,
                               embedding_dim=config.embedding_dim, bottom_mlp=config.bottom_mlp,
                               top_mlp=config.top_mlp, seed=config.seed)
+    stores = config.cache_ratio is not None or config.optimizer != "sgd"
+    if stores and (layout.world_size > 1 or config.plan is not None):
+        raise ConfigError("tables in row stores (--cache-ratio, or --optimizer adagrad / rowwise_adagrad) train in "
+                          "one process in this release; leave out --nproc and --plan", field="cache_ratio")
+    if stores:
+        from haloflow.cache import CacheConfig, make_optimizer
+        from haloflow.engine.dlrm.store_tables import StoreTables
+
+        cache = (CacheConfig(ratio=config.cache_ratio, policy=config.cache_policy)
+                 if config.cache_ratio is not None else None)
+        tables = StoreTables.build(model_config, make_optimizer({"name": config.optimizer, "lr": config.lr}),
+                                   cache=cache, device=layout.device)
+        return DLRM(model_config, embeddings=tables).to(layout.device), None
     if config.plan is not None:
         plan = load_plan(config.plan)
         layout.expect_parts(plan.world_size, f"plan {config.plan}")
@@ -273,7 +314,9 @@ def _train(config: DLRMTrainConfig, rt: Runtime, on_record) -> DLRMTrainResult:
     data = _Data(config)
     model, dist_model = _build_model(config, data, lay)
     net = dist_model if dist_model is not None else model
-    opt = torch.optim.SGD(net.parameters(), lr=config.lr)
+    fused = getattr(model.embeddings, "step", None)  # row stores update their own rows
+    dense_opt = torch.optim.Adagrad if config.optimizer != "sgd" else torch.optim.SGD
+    opt = dense_opt([p for p in net.parameters() if p.requires_grad], lr=config.lr)
     stats = dist_model.stats if dist_model is not None else None
 
     def emit(record: dict) -> None:
@@ -307,6 +350,8 @@ def _train(config: DLRMTrainConfig, rt: Runtime, on_record) -> DLRMTrainResult:
                 if dist_model is not None:
                     dist_model.finish_grad_sync()
                     comm += stats.total()
+                if fused is not None:
+                    fused()
                 opt.step()
                 step_loss = float(_all_sum(loss.detach().clone(), lay))  # the global mean (a sync, for the log)
                 losses.append(step_loss)
@@ -315,7 +360,7 @@ def _train(config: DLRMTrainConfig, rt: Runtime, on_record) -> DLRMTrainResult:
                 if steps % config.log_every == 0 or steps == total:
                     window = losses[-config.log_every:]
                     emit({"kind": "train", "step": steps, "loss": sum(window) / len(window),
-                          "samples_per_s": samples / (time.perf_counter() - t0)})
+                          "samples_per_s": samples / (time.perf_counter() - t0), **_cache_record(model)})
                 reporter.update({"loss": step_loss})
     finally:
         reporter.close()
@@ -324,7 +369,7 @@ def _train(config: DLRMTrainConfig, rt: Runtime, on_record) -> DLRMTrainResult:
     result = DLRMTrainResult(layout=lay, startup_s=rt.startup_s, train_s=train_s, threads=rt.threads,
                              state_dict=_state(net, lay), records=rt.metrics.records, steps=steps, samples=samples,
                              losses=losses, val_logloss=val_logloss, val_auc=val_auc,
-                             comm_bytes_per_step=comm / max(steps, 1), devices=devices)
+                             comm_bytes_per_step=comm / max(steps, 1), devices=devices, cache=_cache_record(model))
     emit({"kind": "eval", "step": steps, "val_logloss": val_logloss, "val_auc": val_auc,
           "samples_per_s": result.samples_per_s, "world_size": lay.world_size, "threads_per_rank": rt.threads,
           "startup_s": rt.startup_s, "comm_bytes_per_step": result.comm_bytes_per_step})
