@@ -88,19 +88,19 @@ def test_update_memory_runs_the_gru_on_pending_messages_only():
 
 
 def test_attention_equals_torch_multihead_attention():
-    q_n, k, n, dq, m, slot_dim = 6, 4, 5, 14, 8, 9
-    att = TemporalAttention(dq, m, m + slot_dim, heads=2, dropout=0.0, seed=0).eval()
+    q_n, k, dq, dk = 6, 4, 14, 17
+    att = TemporalAttention(dq, dk, heads=2, dropout=0.0, seed=0).eval()
     gen = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        att.w_kv.bias.normal_(generator=gen)  # non-zero biases: the key bias must cancel, the value bias not
     query = torch.randn(q_n, dq, generator=gen)
-    node_memory = torch.randn(n, m, generator=gen)
-    nbr_row = torch.randint(0, n, (q_n, k), generator=gen)
-    slot = torch.randn(q_n, k, slot_dim, generator=gen)
+    kv = torch.randn(q_n, k, dk, generator=gen)
     mask = torch.rand(q_n, k, generator=gen) < 0.7
     mask[0] = True
     mask[1] = False  # no neighbour at all
-    out = att(query, node_memory, nbr_row, slot, mask, torch.arange(q_n), epoch=0)
+    out = att(query, kv, mask, torch.arange(q_n), epoch=0)
 
-    mha = nn.MultiheadAttention(dq, 2, kdim=m + slot_dim, vdim=m + slot_dim, batch_first=True)
+    mha = nn.MultiheadAttention(dq, 2, kdim=dk, vdim=dk, batch_first=True)
     with torch.no_grad():
         mha.q_proj_weight.copy_(att.w_q.weight)
         mha.k_proj_weight.copy_(att.w_kv.weight[:dq])
@@ -108,15 +108,13 @@ def test_attention_equals_torch_multihead_attention():
         mha.in_proj_bias.copy_(torch.cat([att.w_q.bias, att.w_kv.bias]))
         mha.out_proj.weight.copy_(att.w_o.weight)
         mha.out_proj.bias.copy_(att.w_o.bias)
-    kv = torch.cat([node_memory[nbr_row], slot], dim=2)  # (Q, k, M+F+T): TGN's concatenated keys
     ref, _ = mha(query[:, None], kv, kv, key_padding_mask=~mask)  # (Q, 1, Dq)
     has = mask.any(1)
     torch.testing.assert_close(out[has], ref[has, 0], rtol=1e-5, atol=1e-6)
     assert (out[1] == 0).all()
     # Padding slots are never read: garbage there changes nothing.
-    slot2 = torch.where(mask[..., None], slot, torch.full_like(slot, 1e3))
-    row2 = torch.where(mask, nbr_row, (nbr_row + 1) % n)
-    torch.testing.assert_close(att(query, node_memory, row2, slot2, mask, torch.arange(q_n), epoch=0), out)
+    kv2 = torch.where(mask[..., None], kv, torch.full_like(kv, 1e3))
+    torch.testing.assert_close(att(query, kv2, mask, torch.arange(q_n), epoch=0), out)
 
 
 def test_make_tgn_batch_numbers_nodes_and_samples_strictly_earlier():
