@@ -12,7 +12,11 @@ A memory-mapped table is a folder, created all at once (`haloflow.utils.atomic.a
 Only the pages of rows that are read or written are brought into memory, so a table larger than RAM works. The
 pages stay cached by the OS after use; ``max_resident_bytes`` bounds how many of them this process keeps mapped
 (its RSS): past it, the mapping is dropped with ``madvise(MADV_DONTNEED)`` (dirty pages stay in the page cache
-and reach the file as usual; the next access maps them again).
+and reach the file as usual; the next access maps them again). The cap bounds what stays mapped between calls,
+not the peak inside one call: on kernels that keep file pages in large folios (6.18 here), one fault maps the
+whole folio, so touching a byte every 256 KiB of a 128 MiB file mapped all of it (measured), and one scattered
+read of ~1,000 rows briefly maps most of a 122 MiB table. Reading rows with ``pread`` instead would avoid that
+(not done yet).
 
 Host-memory tables are pinned when CUDA is available, so row copies to the device can be asynchronous.
 

@@ -69,3 +69,10 @@ def test_create_and_open_errors(tmp_path):
         BackingStore.open(tmp_path / "t")
     with pytest.raises(ConfigError, match=r"table 'w': weight of shape \(3, 2\), expected \(10, 2\)"):
         BackingStore.in_memory(10, 2, SGD(), weight=torch.zeros(3, 2), name="w")
+
+
+def test_write_chunk_follows_the_resident_cap(tmp_path):
+    b = BackingStore.create(tmp_path / "t", 100, 2, Adagrad(), max_resident_bytes=4096 * 2 * 300)
+    assert b.write_chunk == 300  # two arrays, one page each per scattered row
+    assert BackingStore.in_memory(100, 2, Adagrad()).write_chunk == 1 << 16
+    b.close()
