@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import tempfile
 import time
@@ -169,6 +170,55 @@ def train_mmap(rows: int, steps: int, batch: int, a: float, seed: int, progress:
     return result
 
 
+def dlrm_throughput(max_rows: int, steps: int, batch: int, rounds: int, seed: int) -> dict:
+    """DLRM (Kaggle shape, tables capped at ``max_rows``) training samples/s with its tables wholly in memory
+    stores, and with 1 % and 5 % of each table cached over host memory: the same batches, Adagrad fused into the
+    stores, contestants interleaved round by round. Weights are compared at the end (they must be equal)."""
+    from haloflow.cache import CacheConfig, make_optimizer
+    from haloflow.data.clicks import ClickLogConfig, ClickLogGenerator
+    from haloflow.engine.dlrm.store_tables import StoreTables
+    from haloflow.models.dlrm import DLRM, DLRMConfig, dlrm_loss
+
+    gen = ClickLogGenerator(ClickLogConfig(max_rows=max_rows, seed=seed))
+    config = DLRMConfig(table_sizes=gen.sizes, seed=seed)
+    batches = list(gen.batches(batch, steps + 2))
+    runs = {}
+    for name, cache in (("all in memory", None), ("1% cached", CacheConfig(ratio=0.01)),
+                        ("5% cached", CacheConfig(ratio=0.05))):
+        model = DLRM(config, embeddings=StoreTables.build(config, make_optimizer({"name": "adagrad", "lr": 0.01}),
+                                                          cache=cache))
+        runs[name] = (model, torch.optim.Adagrad(model.parameters(), lr=0.01))
+
+    def step(model, opt, b):
+        opt.zero_grad()
+        dlrm_loss(model(b.dense, b.sparse), b.labels).backward()
+        model.embeddings.step()
+        opt.step()
+
+    for model, opt in runs.values():  # warm-up
+        for b in batches[:2]:
+            step(model, opt, b)
+    timed = batches[2:]
+    chunk = max(1, len(timed) // rounds)
+    rates = {name: [] for name in runs}
+    for r in range(rounds):
+        part = timed[r * chunk:(r + 1) * chunk]
+        for name in (list(runs) if r % 2 == 0 else list(runs)[::-1]):
+            model, opt = runs[name]
+            t0 = time.perf_counter()
+            for b in part:
+                step(model, opt, b)
+            rates[name].append(len(part) * batch / (time.perf_counter() - t0))
+    ref = runs["all in memory"][0].embeddings.state_dict_rows()
+    out = {"max_rows": max_rows, "rows": sum(gen.sizes), "batch": batch, "steps": chunk * rounds}
+    for name, (model, _) in runs.items():
+        rows = model.embeddings.state_dict_rows()
+        out[name] = {"samples_per_s": statistics.median(rates[name]),
+                     "hit_rate": model.embeddings.cache_stats().hit_rate,
+                     "identical_to_uncached": all(torch.equal(a["weight"], b["weight"]) for a, b in zip(ref, rows))}
+    return out
+
+
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     p.add_argument("--scale", type=int, default=100, help="Kaggle table rows divided by this (Zipf traces)")
@@ -181,6 +231,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="bench-results/cache.json")
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--dlrm-max-rows", type=int, default=200_000, help="cap on a table's rows in the DLRM part")
+    p.add_argument("--dlrm-steps", type=int, default=120, help="timed DLRM steps per contestant")
     args = p.parse_args(argv)
     rng = np.random.default_rng(args.seed)
     report: dict = {"args": vars(args), "fractions": FRACTIONS}
@@ -225,6 +277,17 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
           format_bytes(m["memmap_peak_rss_bytes"]), None]],
         float_fmt=[".0f"] * 5 + [".3f"], title=f"\n{m['steps']} Adagrad steps of {m['batch_size']} ids, memory-mapped table "
                                f"(tables identical afterwards: {m['identical_tables']})"))
+
+    d = dlrm_throughput(args.dlrm_max_rows, args.dlrm_steps, 128, 4, args.seed)
+    report["dlrm"] = d
+    base = d["all in memory"]["samples_per_s"]
+    print(format_table(["tables", "samples/s", "x all in memory", "hit rate", "weights = uncached"],
+                       [[name, d[name]["samples_per_s"], d[name]["samples_per_s"] / base, d[name]["hit_rate"],
+                         d[name]["identical_to_uncached"]] for name in ("all in memory", "1% cached", "5% cached")],
+                       float_fmt=[".0f", ".0f", ".2f", ".3f", ""],
+                       title=f"\nDLRM training, Kaggle tables capped at {d['max_rows']:,} rows ({d['rows']:,} in all), "
+                             f"batch {d['batch']}, Adagrad, {torch.get_num_threads()} threads (target: 5% cached "
+                             f">= 0.7x all in memory)"))
 
     try:
         import matplotlib  # noqa: F401  (optional; not a dependency)
