@@ -76,7 +76,8 @@ def test_time_encoder_starts_as_tgn():
 def test_update_memory_runs_the_gru_on_pending_messages_only():
     model = TGN(CFG)
     gen = torch.Generator().manual_seed(0)
-    rows = MemoryRows(memory=torch.randn(2, 8, generator=gen), last_update=torch.tensor([1.0, 2.0], dtype=torch.float64),
+    rows = MemoryRows(memory=torch.randn(2, 8, generator=gen),
+                      last_update=torch.tensor([1.0, 2.0], dtype=torch.float64),
                       mail_other=torch.randn(2, 8, generator=gen), mail_feat=torch.randn(2, 3, generator=gen),
                       mail_t=torch.tensor([4.0, 9.0], dtype=torch.float64), mail_eid=torch.tensor([5, -1]))
     memory, last = model.update_memory(rows)
