@@ -30,7 +30,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 
 CORES = os.cpu_count() or 1

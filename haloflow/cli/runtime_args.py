@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Callable
 
 from haloflow.engine.launch import launch_torchrun
-from haloflow.engine.runtime import DEVICES, RuntimeConfig
+from haloflow.engine.runtime import DEVICES, RuntimeConfig, expect_parts as _expect_parts
 from haloflow.errors import ConfigError
 
-__all__ = ["add_runtime_arguments", "runtime_config", "relaunch_if_asked", "RUNTIME_FLAGS"]
+__all__ = ["add_runtime_arguments", "runtime_config", "relaunch_if_asked", "launch_or_train", "folder_parts", "RUNTIME_FLAGS"]
 
 # config field -> the flag that sets it (for error messages that name what the user typed)
 RUNTIME_FLAGS = {"device": "--device", "timeout_s": "--timeout", "log_jsonl": "--log-jsonl",
@@ -63,6 +64,33 @@ def relaunch_if_asked(args: argparse.Namespace) -> int | None:
                               "under torchrun, leave --nproc out", field="nproc")
         return None  # a rank started by our own relaunch (or a matching torchrun): train here
     return launch_torchrun(args.nproc, ["-m", "haloflow", *_without_nproc(args.argv)]).returncode
+
+
+def launch_or_train(args: argparse.Namespace, config, train, parts: Callable[[], tuple[int, str]] | None = None) -> int:
+    """What every ``haloflow train MODEL`` does after parsing: with ``--nproc K``, check K against what ``parts``
+    says the input was made for (before any process starts) and relaunch; otherwise ``train(config)`` here and
+    print its summary table on rank 0."""
+    if args.nproc is not None and parts is not None:
+        k, source = parts()
+        _expect_parts(k, args.nproc, source)
+    status = relaunch_if_asked(args)
+    if status is not None:
+        return status
+    result = train(config)
+    if result.rank == 0:
+        print(result.summary())
+    return 0
+
+
+def folder_parts(folder: str) -> Callable[[], tuple[int, str]]:
+    """``parts`` for ``launch_or_train``: the part count a partition folder's meta.json records."""
+
+    def parts() -> tuple[int, str]:
+        from haloflow.partition.format import load_meta
+
+        return load_meta(folder).num_parts, str(folder)
+
+    return parts
 
 
 def _without_nproc(argv: list[str]) -> list[str]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from haloflow.cli.runtime_args import add_runtime_arguments, relaunch_if_asked, runtime_config
+from haloflow.cli.runtime_args import add_runtime_arguments, launch_or_train, runtime_config
 
 __all__ = ["register", "config_from_args"]
 
@@ -91,19 +91,14 @@ def config_from_args(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
-    config = config_from_args(args)  # checks the arguments before any process starts
-    if args.nproc is not None and config.plan is not None:
-        from haloflow.engine.runtime import expect_parts
-        from haloflow.partition.planner.plan_io import load_plan
-
-        expect_parts(load_plan(config.plan).world_size, args.nproc, f"plan {config.plan}")
-    status = relaunch_if_asked(args)
-    if status is not None:
-        return status
-
     from haloflow.engine.dlrm.train import train_dlrm
 
-    result = train_dlrm(config)
-    if result.rank == 0:
-        print(result.summary())
-    return 0
+    config = config_from_args(args)  # checks the arguments before any process starts
+    return launch_or_train(args, config, train_dlrm, None if config.plan is None else
+                           lambda: (_plan_parts(config.plan), f"plan {config.plan}"))
+
+
+def _plan_parts(path) -> int:
+    from haloflow.partition.planner.plan_io import load_plan
+
+    return load_plan(path).world_size

@@ -13,7 +13,7 @@ import argparse
 import logging
 
 from haloflow.cli.reader_args import READER_FLAGS, add_reader_arguments, reader_options
-from haloflow.cli.runtime_args import add_runtime_arguments, relaunch_if_asked, runtime_config
+from haloflow.cli.runtime_args import add_runtime_arguments, folder_parts, launch_or_train, runtime_config
 
 __all__ = ["register", "config_from_args"]
 
@@ -86,25 +86,10 @@ def config_from_args(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
-    config = config_from_args(args)  # validate here, before starting any process
-    if args.nproc is not None:
-        if args.partitions is None:
-            from haloflow.errors import ConfigError
-
-            raise ConfigError("--nproc needs --partitions DIR (one rank per part); --dataset runs in one process")
-        from haloflow.partition.format import load_meta
-
-        meta = load_meta(args.partitions)  # K is known now: no need to start torchrun to find it wrong
-        from haloflow.engine.runtime import expect_parts
-
-        expect_parts(meta.num_parts, args.nproc, args.partitions)
-    status = relaunch_if_asked(args)
-    if status is not None:
-        return status
-
     from haloflow.engine.gcn.train import train_gcn
+    from haloflow.errors import ConfigError
 
-    result = train_gcn(config)
-    if result.rank == 0:
-        print(result.summary())
-    return 0
+    config = config_from_args(args)  # validate here, before starting any process
+    if args.nproc is not None and args.partitions is None:
+        raise ConfigError("--nproc needs --partitions DIR (one rank per part); --dataset runs in one process")
+    return launch_or_train(args, config, train_gcn, folder_parts(args.partitions))

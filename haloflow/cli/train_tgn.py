@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import argparse
 
-from haloflow.cli.runtime_args import add_runtime_arguments, relaunch_if_asked, runtime_config
+from haloflow.cli.runtime_args import add_runtime_arguments, folder_parts, launch_or_train, runtime_config
 
 __all__ = ["register", "config_from_args"]
 
@@ -70,19 +70,8 @@ def config_from_args(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
-    config = config_from_args(args)
-    if args.nproc is not None and args.partitions is not None:
-        from haloflow.engine.runtime import expect_parts
-        from haloflow.partition.format import load_meta
-
-        expect_parts(load_meta(args.partitions).num_parts, args.nproc, args.partitions)
-    status = relaunch_if_asked(args)
-    if status is not None:
-        return status
-
     from haloflow.engine.tgn.train import train_tgn
 
-    result = train_tgn(config)
-    if result.rank == 0:
-        print(result.summary())
-    return 0
+    config = config_from_args(args)
+    parts = None if args.partitions is None else folder_parts(args.partitions)
+    return launch_or_train(args, config, train_tgn, parts)

@@ -31,12 +31,10 @@ from numba import njit, prange
 
 from haloflow.data.temporal import TemporalEvents
 from haloflow.errors import ConfigError
+from haloflow.utils.splitmix import GOLDEN as _GOLDEN, mix as _mix, py_mix
 
 __all__ = ["TemporalCSR", "RecentNeighbors", "NegativeSampler"]
 
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-_M1 = np.uint64(0xBF58476D1CE4E5B9)
-_M2 = np.uint64(0x94D049BB133111EB)
 
 
 # --------------------------------------------------------------------------------------------- kernels
@@ -71,13 +69,6 @@ def _recent_kernel(indptr, nbr, eid, ts, nodes, times, k, out_nbr, out_eid, out_
             out_eid[q, j] = eid[p]
             out_t[q, j] = ts[p]
             out_mask[q, j] = True
-
-
-@njit(inline="always", cache=True)
-def _mix(z):  # pragma: no cover - compiled
-    z = (z ^ (z >> np.uint64(30))) * _M1
-    z = (z ^ (z >> np.uint64(27))) * _M2
-    return z ^ (z >> np.uint64(31))
 
 
 @njit(inline="always", cache=True)
@@ -228,13 +219,7 @@ class TemporalCSR:
 # --------------------------------------------------------------------------------------------- negatives
 def _base_key(seed: int, stream: int) -> np.uint64:
     m = 0xFFFFFFFFFFFFFFFF
-
-    def mix(z: int) -> int:
-        z = ((z ^ (z >> 30)) * int(_M1)) & m
-        z = ((z ^ (z >> 27)) * int(_M2)) & m
-        return z ^ (z >> 31)
-
-    return np.uint64(mix((mix((seed + int(_GOLDEN)) & m) + int(_GOLDEN) * (stream + 1)) & m))
+    return np.uint64(py_mix((py_mix((seed + int(_GOLDEN)) & m) + int(_GOLDEN) * (stream + 1)) & m))
 
 
 @dataclass(frozen=True, kw_only=True)

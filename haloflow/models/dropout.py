@@ -27,20 +27,11 @@ from numba import njit, prange
 
 from haloflow.errors import ConfigError
 from haloflow.models.spmm import _sync_numba_threads
+from haloflow.utils.splitmix import GOLDEN as _GOLDEN, M1 as _M1, M2 as _M2, mix as _mix, py_mix
 
 __all__ = ["keyed_dropout", "dropout_mask"]
 
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-_M1 = np.uint64(0xBF58476D1CE4E5B9)
-_M2 = np.uint64(0x94D049BB133111EB)
 _LOW32 = np.uint64(0xFFFFFFFF)
-
-
-@njit(inline="always", cache=True)
-def _mix(z):  # pragma: no cover - compiled
-    z = (z ^ (z >> np.uint64(30))) * _M1
-    z = (z ^ (z >> np.uint64(27))) * _M2
-    return z ^ (z >> np.uint64(31))
 
 
 @njit(inline="always", cache=True)
@@ -100,11 +91,6 @@ def _signed(u: int) -> int:
     return u - (1 << 64) if u >= (1 << 63) else u
 
 
-def _py_mix(z: int) -> int:
-    m = 0xFFFFFFFFFFFFFFFF
-    z = ((z ^ (z >> 30)) * int(_M1)) & m
-    z = ((z ^ (z >> 27)) * int(_M2)) & m
-    return z ^ (z >> 31)
 
 
 def _torch_mix(z: torch.Tensor) -> torch.Tensor:
@@ -120,7 +106,7 @@ def _torch_mix(z: torch.Tensor) -> torch.Tensor:
 def _torch_keep(node_ids: torch.Tensor, n_cols: int, p: float, seed: int, epoch: int, layer: int) -> torch.Tensor:
     """bool (n, n_cols) keep mask computed with torch ops on node_ids' device; bit-identical to the numba kernel."""
     g = int(_GOLDEN)
-    base = _py_mix(_py_mix((_u64(seed) + g * (_u64(epoch) + 1)) & 0xFFFFFFFFFFFFFFFF) ^ _u64(layer))
+    base = py_mix(py_mix((_u64(seed) + g * (_u64(epoch) + 1)) & 0xFFFFFFFFFFFFFFFF) ^ _u64(layer))
     key = _torch_mix(node_ids.to(torch.int64) ^ _signed(base))  # (n,)
     pairs = (n_cols + 1) // 2
     steps = torch.tensor([_signed(g * (i + 1)) for i in range(pairs)], dtype=torch.int64, device=node_ids.device)

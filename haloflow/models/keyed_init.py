@@ -23,19 +23,10 @@ from numba import njit, prange
 
 from haloflow.errors import ConfigError
 from haloflow.models.spmm import _sync_numba_threads
+from haloflow.utils.splitmix import GOLDEN as _GOLDEN, M1 as _M1, M2 as _M2, mix as _mix, py_mix
 
 __all__ = ["keyed_uniform_rows"]
 
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-_M1 = np.uint64(0xBF58476D1CE4E5B9)
-_M2 = np.uint64(0x94D049BB133111EB)
-
-
-@njit(inline="always", cache=True)
-def _mix(z):  # pragma: no cover - compiled
-    z = (z ^ (z >> np.uint64(30))) * _M1
-    z = (z ^ (z >> np.uint64(27))) * _M2
-    return z ^ (z >> np.uint64(31))
 
 
 @njit(parallel=True, cache=True)
@@ -65,15 +56,9 @@ def keyed_uniform_rows(seed: int, table: int, num_rows: int, rows: tuple[int, in
         raise ConfigError(f"seed and table must be >= 0, got {seed} and {table}")
     out = np.empty((r1 - r0, c1 - c0), dtype=np.float32)
     if out.size:
-        with np.errstate(over="ignore"):  # wraps mod 2^64, as intended
-            key = _mix_host(np.uint64(seed) * _GOLDEN + np.uint64(table + 1) * _M1)
+        m = 0xFFFFFFFFFFFFFFFF
+        key = np.uint64(py_mix((seed * int(_GOLDEN) + (table + 1) * int(_M1)) & m))
         _sync_numba_threads()
         _fill(out, key, r0, c0, 1.0 / math.sqrt(num_rows))
     return torch.from_numpy(out)
 
-
-def _mix_host(z: np.uint64) -> np.uint64:
-    with np.errstate(over="ignore"):
-        z = (z ^ (z >> np.uint64(30))) * _M1
-        z = (z ^ (z >> np.uint64(27))) * _M2
-        return z ^ (z >> np.uint64(31))

@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import warnings
 
-import numba
 import numpy as np
 import torch
 from numba import njit, prange
