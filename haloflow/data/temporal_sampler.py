@@ -36,7 +36,6 @@ from haloflow.utils.splitmix import GOLDEN as _GOLDEN, mix as _mix, py_mix
 __all__ = ["TemporalCSR", "RecentNeighbors", "NegativeSampler"]
 
 
-
 # --------------------------------------------------------------------------------------------- kernels
 @njit(cache=True)
 def _fill_rows(owner, other, eid, t, indptr, out_nbr, out_eid, out_t):  # pragma: no cover - compiled

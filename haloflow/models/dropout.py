@@ -91,8 +91,6 @@ def _signed(u: int) -> int:
     return u - (1 << 64) if u >= (1 << 63) else u
 
 
-
-
 def _torch_mix(z: torch.Tensor) -> torch.Tensor:
     # int64 tensors hold the uint64 bits: multiplication wraps the same way; shifts are made logical by masking.
     def lsr(t: torch.Tensor, k: int) -> torch.Tensor:

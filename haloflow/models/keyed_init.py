@@ -28,7 +28,6 @@ from haloflow.utils.splitmix import GOLDEN as _GOLDEN, M1 as _M1, M2 as _M2, mix
 __all__ = ["keyed_uniform_rows"]
 
 
-
 @njit(parallel=True, cache=True)
 def _fill(out, key, row_lo, col_lo, bound):  # pragma: no cover - compiled
     rows, cols = out.shape
