@@ -52,17 +52,25 @@ def test_one_process_learns_and_reports(tmp_path):
 def test_k_ranks_train_what_one_process_trains(tmp_path, k, schedule):
     proc = run_torchrun(SCRIPTS / "tgn_parity.py", k, [tmp_path, schedule], timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    ref = train_tgn(config(), events=stream())
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as each rank: one thread, so threaded reductions do not add their own rounding
+    try:
+        ref = train_tgn(config(), events=stream())
+    finally:
+        torch.set_num_threads(threads)
     full = ref.memory.gather_all()
+    # K ranks run the same math on other batch shapes: float32 rounding differs, and Adam carries it over 20 steps
+    # (a wrong row or a lost message moves these by orders of magnitude more)
+    close = dict(atol=1e-4, rtol=1e-3)
     for r in range(k):
         got = dict(np.load(tmp_path / f"rank{r}.npz"))
         assert len(got["losses"]) == BATCHES
         torch.testing.assert_close(torch.from_numpy(got["losses"]), torch.tensor(ref.batch_losses),
-                                   check_dtype=False)
-        torch.testing.assert_close(torch.from_numpy(got["memory"]), full.memory, atol=1e-5, rtol=1e-4)
-        torch.testing.assert_close(torch.from_numpy(got["mail_other"]), full.mail_other, atol=1e-5, rtol=1e-4)
+                                   check_dtype=False, **close)
+        torch.testing.assert_close(torch.from_numpy(got["memory"]), full.memory, **close)
+        torch.testing.assert_close(torch.from_numpy(got["mail_other"]), full.mail_other, **close)
         assert np.array_equal(got["last_update"], full.last_update.numpy())
         assert np.array_equal(got["mail_eid"], full.mail_eid.numpy())
         for name, w in ref.state_dict.items():
-            torch.testing.assert_close(torch.from_numpy(got[f"w_{name}"]), w, atol=1e-5, rtol=1e-4, msg=name)
+            torch.testing.assert_close(torch.from_numpy(got[f"w_{name}"]), w, msg=name, **close)
         assert got["fetch_bytes"] > 0  # rows really crossed between ranks
