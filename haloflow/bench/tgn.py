@@ -34,13 +34,14 @@ DEFAULT_EVENTS = "temporal/jodie_wikipedia_edges.csv"
 
 
 # ------------------------------------------------------------------------------------------------ PyG's TGN
-def pyg_tgn(events, train_ids, eval_parts, eval_neg, train_neg, epochs: int, seed: int) -> dict:
+def pyg_tgn(events, train_ids, eval_parts, eval_neg, train_neg, epochs: int, seed: int, *, mrr_negatives: int = 20,
+            mrr_events: int = 2000) -> dict:
     """PyG's examples/tgn.py on our stream and splits; returns events/s and AP per epoch."""
     from torch.nn import Linear
     from torch_geometric.nn import TransformerConv
     from torch_geometric.nn.models.tgn import IdentityMessage, LastAggregator, LastNeighborLoader, TGNMemory
 
-    from haloflow.models.temporal_metrics import average_precision
+    from haloflow.models.temporal_metrics import average_precision, mean_reciprocal_rank
 
     torch.manual_seed(seed)
     n, dim = events.num_nodes, 100
@@ -80,7 +81,7 @@ def pyg_tgn(events, train_ids, eval_parts, eval_neg, train_neg, epochs: int, see
     cursor = [0]
     bce = torch.nn.BCEWithLogitsLoss()
 
-    def run_batch(ids: np.ndarray, neg: np.ndarray, train: bool):
+    def run_batch(ids: np.ndarray, neg: np.ndarray, train: bool, store: bool = True):
         idx = torch.from_numpy(ids)
         src, dst, t, msg = src_all[idx], dst_all[idx], t_all[idx], msg_all[idx]
         neg_t = torch.from_numpy(neg)
@@ -92,6 +93,8 @@ def pyg_tgn(events, train_ids, eval_parts, eval_neg, train_neg, epochs: int, see
         z = gnn(z, last_update, edge_index, t_all[gid], msg_all[gid])
         pos = pred(z[assoc[src]], z[assoc[dst]]).squeeze(1)
         negs = pred(z[assoc[src]], z[assoc[neg_t]]).squeeze(1)
+        if not store:  # score only (the MRR's extra negatives): the memory and the neighbours stay as they are
+            return pos.detach(), negs.detach()
         if train:
             loss = bce(pos, torch.ones_like(pos)) + bce(negs, torch.zeros_like(negs))
         memory.update_state(src, dst, t, msg)
@@ -120,16 +123,25 @@ def pyg_tgn(events, train_ids, eval_parts, eval_neg, train_neg, epochs: int, see
         scores = {}
         with torch.no_grad():
             for part, (ids_all, new_mask) in eval_parts.items():
-                pos, neg = [], []
+                pos, neg, mrr_pos, mrr_neg = [], [], [], []
+                ranked = ids_all[:mrr_events] if part == "test" else ids_all[:0]
+                fixed = eval_neg.sample_fixed(ranked, events.dst[ranked], mrr_negatives, stream=1)
                 for s in range(0, ids_all.shape[0], 200):
                     ids = ids_all[s:s + 200]
+                    if s < ranked.size:  # haloflow's protocol: fixed negatives scored before the batch is stored
+                        mrr_neg.append(torch.stack([run_batch(ids, fixed[s:s + ids.size, j], False, store=False)[1]
+                                                    for j in range(mrr_negatives)], dim=1).numpy())
                     p, q = run_batch(ids, eval_neg.sample(ids), False)
+                    if s < ranked.size:
+                        mrr_pos.append(p.numpy())
                     pos.append(p.numpy())
                     neg.append(q.numpy())
                 pos, neg = np.concatenate(pos), np.concatenate(neg)
                 new = new_mask[ids_all]
                 scores[f"{part}_ap"] = average_precision(pos, neg)
                 scores[f"{part}_inductive_ap"] = average_precision(pos[new], neg[new])
+                if mrr_pos:
+                    scores["test_mrr"] = mean_reciprocal_rank(np.concatenate(mrr_pos), np.concatenate(mrr_neg))
         out["epochs"].append({"epoch": epoch, "train_s": train_s, "events_per_s": train_ids.shape[0] / train_s,
                               **scores})
     return out
