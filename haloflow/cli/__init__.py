@@ -11,7 +11,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
+from pathlib import Path
 from collections.abc import Callable
 
 from haloflow.errors import ConfigError, HaloflowError
@@ -64,12 +66,26 @@ def name_flags(err: ConfigError, flags: dict[str, str]) -> ConfigError:
     return ConfigError(msg, field=err.field)
 
 
+ERROR_DIR_ENV = "HALOFLOW_ERROR_DIR"  # set by `--nproc`'s launcher: ranks leave their one-line error there
+
+
+def _tell_the_launcher(message: str) -> None:
+    """Under haloflow's own launcher, leave this rank's error where the launcher reads it after torchrun ends."""
+    folder, rank = os.environ.get(ERROR_DIR_ENV), os.environ.get("RANK")
+    if folder and rank is not None:
+        try:
+            Path(folder, f"rank{int(rank)}.txt").write_text(message)
+        except (OSError, ValueError):
+            pass  # the rank's own line on stderr still says it
+
+
 def run_command(prog: str, func: Callable[[argparse.Namespace], int | None], args: argparse.Namespace) -> int:
     """Call ``func(args)``; a user's mistake becomes ``prog: error: ...`` on stderr and exit status 2."""
     try:
         result = func(args)
     except _USER_ERRORS as err:
         print(f"{prog}: error: {err}", file=sys.stderr)
+        _tell_the_launcher(str(err))
         return 2
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)

@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import tempfile
 from collections.abc import Callable
+from pathlib import Path
 
 from haloflow.engine.launch import launch_torchrun
 from haloflow.engine.runtime import DEVICES, RuntimeConfig, expect_parts as _expect_parts
-from haloflow.errors import ConfigError
+from haloflow.errors import ConfigError, HaloflowError
 
 __all__ = ["add_runtime_arguments", "runtime_config", "relaunch_if_asked", "launch_or_train", "folder_parts", "RUNTIME_FLAGS"]
 
@@ -63,7 +65,16 @@ def relaunch_if_asked(args: argparse.Namespace) -> int | None:
             raise ConfigError(f"--nproc {args.nproc} under torchrun with WORLD_SIZE={os.environ['WORLD_SIZE']}; "
                               "under torchrun, leave --nproc out", field="nproc")
         return None  # a rank started by our own relaunch (or a matching torchrun): train here
-    return launch_torchrun(args.nproc, ["-m", "haloflow", *_without_nproc(args.argv)]).returncode
+    from haloflow.cli import ERROR_DIR_ENV
+
+    with tempfile.TemporaryDirectory(prefix="haloflow-ranks-") as errors:
+        status = launch_torchrun(args.nproc, ["-m", "haloflow", *_without_nproc(args.argv)],
+                                 env={ERROR_DIR_ENV: errors}).returncode
+        failed = sorted(Path(errors).glob("rank*.txt"), key=lambda p: int(p.stem[4:]))
+        if status != 0 and failed:  # a user's mistake found by a rank: its one line, and exit 2
+            first = failed[0]
+            raise RankError(f"rank {first.stem[4:]} of {args.nproc}: {first.read_text()}")
+    return status
 
 
 def launch_or_train(args: argparse.Namespace, config, train, parts: Callable[[], tuple[int, str]] | None = None) -> int:
@@ -91,6 +102,10 @@ def folder_parts(folder: str) -> Callable[[], tuple[int, str]]:
         return load_meta(folder).num_parts, str(folder)
 
     return parts
+
+
+class RankError(HaloflowError):
+    """A rank stopped on a user's mistake (its own message, with the rank that found it)."""
 
 
 def _without_nproc(argv: list[str]) -> list[str]:

@@ -48,3 +48,22 @@ def test_people_get_a_table_and_programs_get_json_lines(tmp_path, capsys):
     records = [json.loads(x) for x in log.read_text().splitlines()]
     assert [r["kind"] for r in records] == ["train"] * 3 + ["eval"]
     assert records[-1]["val_auc"] is None  # no validation samples: null, not NaN (which is not JSON)
+
+
+@pytest.mark.slow
+def test_a_mistake_found_by_the_ranks_ends_in_one_line_naming_the_rank_and_exit_2(tmp_path):
+    """Under --nproc, a rank that stops on a user's mistake leaves its line for the launcher, which repeats it last,
+    with the rank, and exits 2 (torchrun alone would exit 1 after its own traceback)."""
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    plan = tmp_path / "plan.json"  # valid JSON for 2 ranks, but no tables: only the ranks' model can tell
+    plan.write_text(json.dumps({"format": "haloflow.sharding_plan", "version": 1, "world_size": 2, "tables": [],
+                                "per_rank": []}))
+    proc = subprocess.run([sys.executable, "-m", "haloflow", "train", "dlrm", "--synthetic", "--plan", str(plan),
+                           "--nproc", "2", "--max-steps", "2"], capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("haloflow train: error: rank ") and "of 2: plan has 0 tables but the model has 26" in last
