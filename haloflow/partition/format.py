@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import os
-import zlib
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -34,6 +33,7 @@ from haloflow.errors import ConfigError, PartitionFormatError
 from haloflow.partition.stats import PartitionStats
 from haloflow.partition.types import GraphPart, PartitionBook
 from haloflow.utils.atomic import atomic_directory
+from haloflow.utils.checksum import crc32_file
 
 __all__ = [
     "FORMAT_VERSION",
@@ -57,19 +57,10 @@ PART_ARRAYS = (
     "indptr", "indices", "halo_gids", "halo_offsets", "send_ids", "send_offsets", "in_degree", "out_degree", "orig_ids",
 )
 NODE_DATA = ("features", "labels", "train_mask", "val_mask", "test_mask")
-_CRC_BLOCK = 1 << 22  # bytes read per step when checksumming
 
 
 def part_dir_name(k: int) -> str:
     return f"part-{k}"
-
-
-def _crc32(path: Path) -> int:
-    crc = 0
-    with open(path, "rb") as f:
-        while block := f.read(_CRC_BLOCK):
-            crc = zlib.crc32(block, crc)
-    return crc
 
 
 @dataclass(frozen=True)
@@ -179,7 +170,7 @@ def _write_array(root: Path, rel: str, arr: np.ndarray) -> FileInfo:
     path = root / rel
     arr = np.ascontiguousarray(arr)
     np.save(path, arr, allow_pickle=False)
-    return FileInfo(size=path.stat().st_size, dtype=arr.dtype.str, shape=tuple(arr.shape), crc32=_crc32(path))
+    return FileInfo(size=path.stat().st_size, dtype=arr.dtype.str, shape=tuple(arr.shape), crc32=crc32_file(path))
 
 
 def _check_part(part: GraphPart, k: int, meta: PartitionMeta) -> None:
@@ -286,7 +277,7 @@ def _check_file(part_dir: Path, rel: str, meta: PartitionMeta, verify: bool) -> 
     if size != info.size:
         raise PartitionFormatError(f"{path} is truncated or altered: {size} bytes, expected {info.size}")
     if verify:
-        crc = _crc32(path)
+        crc = crc32_file(path)
         if crc != info.crc32:
             raise PartitionFormatError(f"{path} is corrupt: CRC-32 {crc:#010x}, expected {info.crc32:#010x}")
     return path
