@@ -34,6 +34,7 @@ __all__ = [
     "all_gather_cat",
     "AllToAllHandle",
     "all_to_all",
+    "all_gather_uneven",
 ]
 
 Group = object  # a torch.distributed ProcessGroup, or None for a single process without a group
@@ -221,3 +222,68 @@ def all_to_all(
         raise DistributedError(f"rank {rank}: could not launch the all-to-all ({kind}): "
                                f"{str(err).splitlines()[0]}") from err
     return AllToAllHandle(work, output, kind, stats)
+
+
+class _PeerHandle:
+    """Point-to-point sends and receives in flight; ``wait()`` waits for all of them, returns the output."""
+
+    def __init__(self, works: list, output: Tensor, kind: str, stats: CommStats | None):
+        self._works, self._output, self._kind, self._stats = works, output, kind, stats
+
+    def wait(self) -> Tensor:
+        works, self._works = self._works, []
+        for work in works:  # a dead peer becomes a DistributedError
+            wait_work(work, f"all-gather ({self._kind})", self._stats, self._kind)
+        return self._output
+
+
+def all_gather_uneven(
+    send: Tensor,
+    recv_splits: Sequence[int],
+    *,
+    group: Group | None,
+    stats: CommStats | None = None,
+    kind: str = "all_gather",
+) -> _PeerHandle | AllToAllHandle:
+    """Start gathering every rank's 1-D block (sizes may differ) into one tensor, blocks in rank order.
+
+    The one ``send`` tensor goes to every peer by point-to-point sends (no copy per peer), so the memory
+    beyond the output is O(block), whatever K; an all-to-all would need the block repeated K times, and
+    gloo's all-gather needs equal blocks (padding to the longest). The values are copied, never summed, so
+    the result is bit-identical whichever way it travels.
+
+    Args:
+        send: this rank's block (recv_splits[rank] elements).
+        recv_splits: K element counts, every rank's block size (known to all ranks, e.g. from a counts exchange).
+
+    Shapes:
+        send (recv_splits[rank],) -> wait() (sum recv_splits,)
+    """
+    recv_splits = [int(n) for n in recv_splits]
+    rank = group_rank(group)
+    if send.numel() != recv_splits[rank]:
+        raise ValueError(f"all_gather_uneven: send has {send.numel()} elements but recv_splits[{rank}] is "
+                         f"{recv_splits[rank]}")
+    output = send.new_empty(sum(recv_splits))
+    blocks = output.split(recv_splits)
+    blocks[rank].copy_(send)
+    if group is None:
+        return AllToAllHandle(None, output)
+    send = send.contiguous()
+    if stats is not None:
+        stats.record(kind, send.numel() * send.element_size() * (len(recv_splits) - 1))
+    ops = []
+    for p, n in enumerate(recv_splits):
+        if p == rank:
+            continue
+        peer = dist.get_global_rank(group, p)
+        if send.numel():  # a peer expects nothing from an empty block (it knows the size)
+            ops.append(dist.P2POp(dist.isend, send, peer, group))
+        if n:
+            ops.append(dist.P2POp(dist.irecv, blocks[p], peer, group))
+    try:
+        works = dist.batch_isend_irecv(ops) if ops else []
+    except RuntimeError as err:
+        raise DistributedError(f"rank {rank}: could not launch the all-gather ({kind}): "
+                               f"{str(err).splitlines()[0]}") from err
+    return _PeerHandle(works, output, kind, stats)

@@ -22,8 +22,9 @@ Output dist: pooled vectors back to the ranks that own the samples (autograd-awa
     backward:            the reverse all-to-all of the gradient blocks (launched in the wait node's
                          backward, waited in the request node's backward, so it overlaps the bottom MLP)
 
-Table-gradient sync of data-parallel tables: coalesced sparse gradients are exchanged (counts first, then
-indices and rows) and every rank sums them in rank order, so all replicas apply the identical update.
+Table-gradient sync of data-parallel tables: coalesced sparse gradients are gathered (counts first, then
+indices and rows; each rank's one block sent to every peer point to point, never repeated K times) and every
+rank sums them in rank order, so all replicas apply the identical update.
 
 Bytes: every collective records in ``CommStats`` the bytes this rank sends to *other* ranks (what a direct
 exchange puts on the wire; self-sends are local copies). ``all_reduce`` records its tensor's bytes (the
@@ -39,7 +40,15 @@ import torch
 from torch import Tensor
 from torch.autograd import Function
 
-from haloflow.engine.comm import AllToAllHandle, CommStats, Group, all_to_all, group_rank, group_size
+from haloflow.engine.comm import (
+    AllToAllHandle,
+    CommStats,
+    Group,
+    all_gather_uneven,
+    all_to_all,
+    group_rank,
+    group_size,
+)
 
 __all__ = [
     "JaggedReceived",
@@ -225,26 +234,25 @@ def pooled_exchange(
 class SparseGradHandle:
     """Sparse gradients in flight; ``wait()`` returns the coalesced sums over all ranks, one per table."""
 
-    def __init__(self, counts: AllToAllHandle | None, local: list[Tensor], group: Group | None,
+    def __init__(self, counts, local: list[Tensor], group: Group | None,
                  stats: CommStats | None):
         self._counts, self._local, self._group, self._stats = counts, local, group, stats
 
     def wait(self) -> list[Tensor]:
         if self._group is None:
             return self._local
-        K, rank = group_size(self._group), group_rank(self._group)
+        K = group_size(self._group)
         n = len(self._local)
         counts = self._counts.wait().view(K, n)  # (K, n_tables): unique rows each rank sends, per table
         idx = torch.cat([g.indices()[0] for g in self._local])  # (sum u,)
         rows = torch.cat([g.values() for g in self._local])  # (sum u, D)
         dim = rows.shape[1] if rows.dim() == 2 else self._local[0].shape[1]
         total = counts.sum(1).tolist()  # ids from each rank (a read of K numbers)
-        mine = int(idx.numel())
-        # The same block goes to every peer (an all-gather with uneven sizes, as an all-to-all).
-        h_idx = all_to_all(idx.repeat(K), [mine] * K, total, group=self._group, stats=self._stats,
-                           kind="dp_grad_indices")
-        h_rows = all_to_all(rows.reshape(-1).repeat(K), [mine * dim] * K, [t * dim for t in total],
-                            group=self._group, stats=self._stats, kind="dp_grad_values")
+        # The same block goes to every peer (an all-gather with uneven sizes): point-to-point sends of the one
+        # local block, so the memory beyond the gathered rows does not grow with K.
+        h_idx = all_gather_uneven(idx, total, group=self._group, stats=self._stats, kind="dp_grad_indices")
+        h_rows = all_gather_uneven(rows.reshape(-1), [t * dim for t in total], group=self._group,
+                                   stats=self._stats, kind="dp_grad_values")
         all_idx, all_rows = h_idx.wait(), h_rows.wait().view(-1, dim)
         # Regroup per table: source p's block is table 0's ids, then table 1's, ...
         per_table_idx = [[] for _ in range(n)]
@@ -279,6 +287,5 @@ def sparse_grad_all_reduce(
     K = group_size(group)
     counts = torch.tensor([g.indices().shape[1] for g in local], dtype=torch.int64,
                           device=local[0].device)  # (n_tables,)
-    h = all_to_all(counts.repeat(K), [len(local)] * K, [len(local)] * K, group=group, stats=stats,
-                   kind="dp_grad_counts")
+    h = all_gather_uneven(counts, [len(local)] * K, group=group, stats=stats, kind="dp_grad_counts")
     return SparseGradHandle(h, local, group, stats)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from haloflow.engine.runtime import init_from_env, shutdown
-from haloflow.engine.comm import CommStats, all_to_all
+from haloflow.engine.comm import CommStats, all_gather_uneven, all_to_all
 from haloflow.engine.dlrm.embedding_dist import (
     jagged_all_to_all,
     pooled_exchange,
@@ -93,6 +93,15 @@ def main() -> None:
     unique = int(grad_of(r).coalesce().indices().shape[1])
     assert stats.bytes["dp_grad_indices"] == 8 * unique * (K - 1)
     assert stats.bytes["dp_grad_values"] == 4 * 2 * unique * (K - 1)
+
+    # 6. uneven all-gather by point-to-point sends: rank 1's block is empty, every other rank's has r + 2 values
+    def block(p):
+        return torch.arange(0 if p == 1 else p + 2, dtype=torch.float64) + 10 * p
+
+    got = all_gather_uneven(block(r), [block(p).numel() for p in range(K)], group=g, stats=stats,
+                            kind="gather_test").wait()
+    assert torch.equal(got, torch.cat([block(p) for p in range(K)])), got
+    assert stats.bytes["gather_test"] == 8 * block(r).numel() * (K - 1)
 
     if r == 0:
         print("COLLECTIVES OK", dict(stats.snapshot()))
