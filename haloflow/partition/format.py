@@ -15,7 +15,8 @@
 
 The folder is written under a temporary sibling name and renamed into place at the end, so a crash leaves
 nothing behind. Loading checks every file's size (cheap, catches truncation) and, with ``verify=True``, its CRC-32
-(one read of the file, about 1 GB/s), then the dtype and shape that meta.json records.
+(one read of the file, about 1 GB/s), then the dtype and shape that meta.json records, then what the arrays mean
+(``format_check.py``: bounds, dtypes, ids and labels in range), so an edited folder stops at load, not in training.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from haloflow.errors import ConfigError, PartitionFormatError
+from haloflow.partition.format_check import check_file_dtype, check_meta_meaning, check_part_arrays
 from haloflow.partition.stats import PartitionStats
 from haloflow.partition.types import GraphPart, PartitionBook
 from haloflow.utils.atomic import atomic_directory
@@ -161,7 +163,7 @@ class PartitionMeta:
             )
         except KeyError as err:
             raise PartitionFormatError(f"{path}: missing field {err.args[0]!r}") from None
-        except (TypeError, ValueError, ConfigError) as err:
+        except (TypeError, ValueError, AttributeError, ConfigError) as err:  # a field of the wrong JSON type
             raise PartitionFormatError(f"{path}: invalid contents: {err}") from None
 
 
@@ -262,7 +264,9 @@ def load_meta(part_dir: str | os.PathLike) -> PartitionMeta:
         raise PartitionFormatError(f"{path}: not valid JSON at line {err.lineno}: {err.msg}") from None
     if not isinstance(d, dict):
         raise PartitionFormatError(f"{path}: expected a JSON object, found {type(d).__name__}")
-    return PartitionMeta.from_json(d, path=path)
+    meta = PartitionMeta.from_json(d, path=path)
+    check_meta_meaning(meta, path)
+    return meta
 
 
 def _check_file(part_dir: Path, rel: str, meta: PartitionMeta, verify: bool) -> Path:
@@ -271,6 +275,7 @@ def _check_file(part_dir: Path, rel: str, meta: PartitionMeta, verify: bool) -> 
     path = part_dir / rel
     if info is None:
         raise PartitionFormatError(f"{part_dir / META_FILE}: no entry for {rel}")
+    check_file_dtype(path, rel, info.dtype)
     if not path.is_file():
         raise PartitionFormatError(f"{path} is missing (listed in {META_FILE})")
     size = path.stat().st_size
@@ -315,6 +320,7 @@ def load_partition(
         name: _load_array(part_dir, f"{sub}/{name}.npy", meta, mmap=mmap, verify=verify)
         for name in PART_ARRAYS + tuple(n for n in NODE_DATA if n in meta.node_data)
     }
+    check_part_arrays(part_dir, k, arrays, meta)
     return GraphPart(
         part_id=k,
         book=meta.book,
@@ -332,7 +338,9 @@ def load_new_to_orig(part_dir: str | os.PathLike, *, mmap: bool = True, verify: 
 
 
 def verify_partition(part_dir: str | os.PathLike, *, checksums: bool = True) -> PartitionMeta:
-    """Check that every file meta.json lists is present with the recorded size (and checksum); return the meta."""
+    """Check that every file meta.json lists is present with the recorded size (and checksum), and that the
+    arrays mean what the format says (``format_check.py``; parts agree on what they send each other); return
+    the meta."""
     part_dir = Path(part_dir)
     meta = load_meta(part_dir)
     expected = {NEW_TO_ORIG_FILE} | {
@@ -343,4 +351,20 @@ def verify_partition(part_dir: str | os.PathLike, *, checksums: bool = True) -> 
         raise PartitionFormatError(f"{part_dir / META_FILE}: no entry for {missing[0]} ({len(missing)} missing)")
     for rel in sorted(meta.files):
         _check_file(part_dir, rel, meta, checksums)
+    new_to_orig = _load_array(part_dir, NEW_TO_ORIG_FILE, meta, mmap=True, verify=False)
+    if new_to_orig.size and (int(new_to_orig.min()) < 0 or int(new_to_orig.max()) >= meta.num_nodes
+                             or np.unique(new_to_orig).size != meta.num_nodes):
+        raise PartitionFormatError(f"{part_dir / NEW_TO_ORIG_FILE}: expected a permutation of 0..{meta.num_nodes - 1}")
+    sends = np.zeros((meta.num_parts, meta.num_parts), dtype=np.int64)  # sends[k, p]: rows part k sends to p
+    recvs = np.zeros_like(sends)  # recvs[k, p]: halo rows part k receives from p
+    for k in range(meta.num_parts):
+        part = load_partition(part_dir, k, meta=meta, verify=False)  # the checksums were read above
+        sends[k], recvs[k] = part.send_counts(), part.recv_counts()
+        if not np.array_equal(part.orig_ids, new_to_orig[part.book.part_range(k)[0]:part.book.part_range(k)[1]]):
+            raise PartitionFormatError(f"{part_dir / part_dir_name(k) / 'orig_ids.npy'}: differs from the slice "
+                                       f"of {NEW_TO_ORIG_FILE} that part {k} owns")
+    if not np.array_equal(sends, recvs.T):
+        k, p = (int(i) for i in np.argwhere(sends != recvs.T)[0])
+        raise PartitionFormatError(f"{part_dir / part_dir_name(k) / 'send_offsets.npy'}: part {k} sends {sends[k, p]} "
+                                   f"rows to part {p}, but part {p}'s halo_offsets expect {recvs[p, k]}")
     return meta

@@ -117,9 +117,10 @@ def test_load_errors_name_file_found_and_expected(tmp_path, setup):
     with pytest.raises(PartitionFormatError, match=rf"part-1/indices.npy is truncated or altered: {len(data) - 8} "
                                                    rf"bytes, expected {len(data)}"):
         load_partition(out, 1, verify=False)
-    # Altered, same size: only the checksum sees it.
+    # Altered, same size: the checksum sees it; without checksums, the id it made out of range is seen.
     target.write_bytes(data[:-1] + bytes([data[-1] ^ 0xFF]))
-    load_partition(out, 1, verify=False)
+    with pytest.raises(PartitionFormatError, match=r"part-1/indices.npy: indices\[\d+\] = -\d+ is out of range"):
+        load_partition(out, 1, verify=False)
     with pytest.raises(PartitionFormatError, match=r"part-1/indices.npy is corrupt: CRC-32 0x[0-9a-f]{8}, expected"):
         load_partition(out, 1)
     with pytest.raises(PartitionFormatError, match=r"indices.npy is corrupt"):
