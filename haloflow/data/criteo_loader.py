@@ -13,6 +13,12 @@ Written by ``haloflow preprocess criteo`` and by the synthetic generator (``clic
 
 Ids of table t lie in ``[0, table_sizes[t])``. The loader streams ``ClickBatch`` (dense (B, 13), JaggedBatch,
 labels (B,)) from one split, reading row groups on a background thread into a bounded queue.
+
+Everything a folder says is checked before it is trusted, by the loader that every trainer uses (one process or
+K ranks alike): metadata.json's fields and types; that each split file is Parquet with the recorded rows, row
+groups and columns; and that every id lies inside its table -- from the row groups' min/max statistics when the
+loader opens (a ``table_sizes`` edited smaller is an error before the first step), and again on every row group
+read. A failure is a ``PartitionFormatError`` naming the file, the column and what was expected.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import torch
 
@@ -185,20 +192,51 @@ class ClickParquetWriter:
 
 
 def load_metadata(folder: Path | str) -> dict:
-    """Read and check ``folder/metadata.json``; a missing or foreign folder raises PartitionFormatError."""
+    """Read and check ``folder/metadata.json``; a missing, foreign or malformed one raises PartitionFormatError."""
     path = Path(folder) / "metadata.json"
     if not path.is_file():
         raise PartitionFormatError(f"{folder}: no metadata.json; expected a folder written by `haloflow preprocess`")
     try:
-        meta = json.loads(path.read_text())
-    except json.JSONDecodeError as err:
-        raise PartitionFormatError(f"{path}: not valid JSON ({err})") from err
+        meta = json.loads(path.read_bytes())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise PartitionFormatError(f"{path}: not valid JSON ({err})") from None
+    if not isinstance(meta, dict):
+        raise PartitionFormatError(f"{path}: expected a JSON object, found {type(meta).__name__}")
     if meta.get("format") != FORMAT_NAME or meta.get("version") != FORMAT_VERSION:
         raise PartitionFormatError(
             f"{path}: format {meta.get('format')!r} version {meta.get('version')!r}, "
             f"expected {FORMAT_NAME!r} version {FORMAT_VERSION}"
         )
+    _check_metadata(path, meta)
     return meta
+
+
+def _is_count(v, low: int = 0) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= low
+
+
+def _check_metadata(path: Path, meta: dict) -> None:
+    """The fields the loader and the planner index with: types and ranges."""
+    sizes = meta.get("table_sizes")
+    if not isinstance(sizes, list) or not sizes or not all(_is_count(n, 1) for n in sizes):
+        raise PartitionFormatError(f"{path}: table_sizes is {str(sizes)[:80]}, expected a non-empty list of "
+                                   "integers >= 1 (rows of each table)")
+    if not _is_count(meta.get("num_dense")):
+        raise PartitionFormatError(f"{path}: num_dense is {meta.get('num_dense')!r}, expected an integer >= 0")
+    if meta.get("num_sparse", len(sizes)) != len(sizes):
+        raise PartitionFormatError(f"{path}: num_sparse is {meta.get('num_sparse')!r} but table_sizes lists "
+                                   f"{len(sizes)} tables: expected them equal")
+    meta.setdefault("num_sparse", len(sizes))
+    splits = meta.get("splits")
+    for split in SPLITS:
+        entry = splits.get(split) if isinstance(splits, dict) else None
+        if not (isinstance(entry, dict) and isinstance(entry.get("file"), str) and _is_count(entry.get("rows"))
+                and _is_count(entry.get("row_groups"))):
+            raise PartitionFormatError(f"{path}: splits.{split} is {str(entry)[:80]}, expected "
+                                       "{\"file\": NAME, \"rows\": n >= 0, \"row_groups\": g >= 0}")
+        if Path(entry["file"]).name != entry["file"]:
+            raise PartitionFormatError(f"{path}: splits.{split}.file is {entry['file']!r}, expected a file name "
+                                       "inside the folder")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -288,6 +326,48 @@ class ClickLoader:
         self.num_sparse = int(self.meta["num_sparse"])
         self.table_sizes = tuple(self.meta["table_sizes"])
         self.epoch = 0
+        self._check_file()
+
+    def _open(self) -> pq.ParquetFile:
+        try:
+            return pq.ParquetFile(self.path)
+        except (pa.ArrowException, OSError) as err:
+            raise PartitionFormatError(f"{self.path}: not a readable Parquet file, truncated or corrupt "
+                                       f"({type(err).__name__}: {err}); preprocess the data again") from None
+
+    def _check_file(self) -> None:
+        """The split file against metadata.json: rows, row groups, columns, and ids inside their tables (from the
+        row groups' min/max statistics: metadata only, no data read)."""
+        pf = self._open()
+        md, entry = pf.metadata, self.meta["splits"][self.config.split]
+        if md.num_rows != entry["rows"] or md.num_row_groups != entry["row_groups"]:
+            raise PartitionFormatError(f"{self.path}: {md.num_rows} rows in {md.num_row_groups} row groups, but "
+                                       f"metadata.json says {entry['rows']} in {entry['row_groups']}")
+        want = ["label", *dense_names(self.num_dense), *sparse_names(self.num_sparse)]
+        have = pf.schema_arrow.names
+        if have != want:
+            missing = [c for c in want if c not in have]
+            raise PartitionFormatError(f"{self.path}: columns {have[:3]}..{have[-1:]} ({len(have)}), expected label, "
+                                       f"I1..I{self.num_dense}, C1..C{self.num_sparse} from metadata.json"
+                                       + (f" (missing {missing[0]})" if missing else ""))
+        sparse_at = {name: t for t, name in enumerate(sparse_names(self.num_sparse))}
+        for g in range(md.num_row_groups):
+            group = md.row_group(g)
+            for j in range(group.num_columns):
+                col = group.column(j)
+                t = sparse_at.get(col.path_in_schema.split(".")[0])
+                stats = col.statistics
+                if t is None or stats is None or not stats.has_min_max:
+                    continue
+                self._check_ids(int(stats.min), int(stats.max), t, f"row group {g}")
+
+    def _check_ids(self, low: int, high: int, t: int, where: str) -> None:
+        size = self.table_sizes[t]
+        if low < 0 or high >= size:
+            bad = low if low < 0 else high
+            raise PartitionFormatError(
+                f"{self.path}: {where}, column C{t + 1} holds id {bad}, but metadata.json's table_sizes[{t}] = "
+                f"{size}: expected ids in [0, {size}) (was table_sizes edited, or the folder mixed with another?)")
 
     @property
     def num_rows(self) -> int:
@@ -307,7 +387,11 @@ class ClickLoader:
         return np.random.default_rng([self.config.seed, self.epoch]).permutation(n).tolist()
 
     def _read_group(self, pf: pq.ParquetFile, i: int) -> _Rows:
-        table = pf.read_row_group(i)
+        try:
+            table = pf.read_row_group(i)
+        except (pa.ArrowException, OSError) as err:
+            raise PartitionFormatError(f"{self.path}: row group {i} cannot be read ({type(err).__name__}: {err}); "
+                                       "preprocess the data again") from None
         labels = table.column("label").to_numpy()
         dense = np.stack([table.column(n).to_numpy() for n in dense_names(self.num_dense)], axis=1)  # (n, F)
         cols = [table.column(n).combine_chunks() for n in sparse_names(self.num_sparse)]
@@ -317,12 +401,18 @@ class ClickLoader:
             sparse = JaggedBatch(torch.from_numpy(lengths.astype(np.int64)), torch.from_numpy(values))
         else:
             sparse = np.stack([c.to_numpy() for c in cols], axis=1)  # (n, T)
+        # Ids inside their tables, whatever the statistics said: one min/max per column.
+        for t, c in enumerate(cols):
+            ids = c.flatten() if pa.types.is_list(c.type) else c
+            if len(ids):
+                low, high = pc.min_max(ids).values()
+                self._check_ids(low.as_py(), high.as_py(), t, f"row group {i}")
         return _Rows(dense, labels, sparse)
 
     def _batches(self) -> Iterator[ClickBatch]:
         B = self.config.batch_size
         pending: _Rows | None = None
-        pf = pq.ParquetFile(self.path)
+        pf = self._open()
         for i in self.row_group_order():
             rows = self._read_group(pf, i)
             if pending is not None:
