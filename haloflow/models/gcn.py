@@ -79,6 +79,16 @@ class GCNConfig:
     def dims(self) -> list[int]:
         return [self.in_dim] + [self.hidden_dim] * (self.num_layers - 1) + [self.out_dim]
 
+    def min_training_bytes(self, num_rows: int, optimizer_slots: int = 2) -> int:
+        """A lower bound on the memory one training step holds on ``num_rows`` rows (inner + halo): float32
+        weights with their gradients and ``optimizer_slots`` state tensors each (Adam: 2), and per layer the
+        (rows, width) input that backward keeps plus the output. What autograd really keeps is more, so a run
+        that this bound says cannot fit surely cannot."""
+        d, mats = self.dims, 2 if self.conv == "sage" else 1
+        weights = sum(mats * a * b + b for a, b in zip(d[:-1], d[1:]))
+        activations = sum(num_rows * (a + b) for a, b in zip(d[:-1], d[1:]))
+        return 4 * (weights * (2 + optimizer_slots) + activations)
+
     def transform_first(self, layer: int) -> bool:
         """Whether layer ``layer`` multiplies by its weight before aggregating (never the precomputed layer 0)."""
         d = self.dims

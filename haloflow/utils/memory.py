@@ -11,10 +11,11 @@ import resource
 import sys
 from pathlib import Path
 
-__all__ = ["peak_rss_bytes", "reset_peak_rss", "format_bytes"]
+__all__ = ["peak_rss_bytes", "reset_peak_rss", "available_bytes", "format_bytes"]
 
 _STATUS = Path("/proc/self/status")
 _CLEAR_REFS = Path("/proc/self/clear_refs")
+_MEMINFO = Path("/proc/meminfo")
 
 
 def peak_rss_bytes() -> int:
@@ -36,6 +37,22 @@ def reset_peak_rss() -> bool:
         return True
     except OSError:
         return False
+
+
+def available_bytes(device=None) -> int | None:
+    """Memory a new allocation can still get: free memory of a CUDA ``device`` (a ``torch.device``), else the
+    host's ``MemAvailable``; None where it cannot be told (no /proc)."""
+    if device is not None and getattr(device, "type", "cpu") == "cuda":
+        import torch
+
+        return int(torch.cuda.mem_get_info(device)[0])
+    try:
+        for line in _MEMINFO.read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024  # reported in kB
+    except OSError:
+        pass
+    return None
 
 
 def format_bytes(n: float) -> str:

@@ -104,9 +104,9 @@ class DLRMTrainConfig:
             raise ConfigError(f"synthetic_val must be >= 0, got {self.synthetic_val}", field="synthetic_val")
         if self.max_steps is not None and self.max_steps < 1:
             raise ConfigError(f"max_steps must be >= 1 or None, got {self.max_steps}", field="max_steps")
-        if self.max_eval_batches is not None and self.max_eval_batches < 0:
-            raise ConfigError(f"max_eval_batches must be >= 0 or None, got {self.max_eval_batches}",
-                              field="max_eval_batches")
+        if self.max_eval_batches is not None and self.max_eval_batches < 1:  # 0 would end in a NaN AUC
+            raise ConfigError(f"max_eval_batches must be >= 1 (validation batches to score), got "
+                              f"{self.max_eval_batches}", field="max_eval_batches")
         if not (self.lr > 0 and math.isfinite(self.lr)):
             raise ConfigError(f"lr must be a finite number > 0, got {self.lr}", field="lr")
         if self.optimizer not in ROW_OPTIMIZERS:
@@ -187,6 +187,8 @@ class _Data:
             self.loaders = {s: ClickLoader(config.data, ClickLoaderConfig(batch_size=config.batch_size, split=s))
                             for s in ("train", "val")}
             self.table_sizes = tuple(self.loaders["train"].table_sizes)
+            if self.loaders["train"].num_rows == 0:
+                raise ConfigError(f"{config.data}: the train split has no rows: nothing to train on", field="data")
             self.num_dense = self.loaders["train"].num_dense
 
     def num_batches(self, split: str) -> int:

@@ -34,6 +34,7 @@ from haloflow.models.aggregate import LocalAggregator
 from haloflow.models.gcn import CONVS, GCN, GCNConfig, gcn_loss
 from haloflow.models.spmm import DEFAULT_KERNEL, KERNELS
 from haloflow.partition.types import GraphPart
+from haloflow.utils.memory import available_bytes, format_bytes
 
 __all__ = ["GCNTrainConfig", "EpochLog", "GCNTrainResult", "GCNSetup", "setup_gcn", "train_gcn"]
 
@@ -235,17 +236,31 @@ def setup_gcn(config: GCNTrainConfig, rt: Runtime, dataset: GraphDataset | None 
         local = _local_from(dataset.features, dataset.labels, dataset.train_mask, dataset.val_mask,
                             dataset.test_mask, np.arange(dataset.num_nodes), dataset.num_classes,
                             config.normalize_features, device)
-        model = GCN(config.model_config(local.x.shape[1], local.num_classes)).to(device)
+        model = _new_model(config, local, dataset.num_nodes, device)
         agg = LocalAggregator(dataset.graph, model.config.norm, kernel=config.kernel)
         return GCNSetup(model, agg, BucketedGradSync(model.parameters(), None), local, stats)
     part = part if part is not None else _load_part(config, rt.layout)
     rt.layout.expect_parts(part.num_parts, "the partition")
     local = _local_from(part.features, part.labels, part.train_mask, part.val_mask, part.test_mask,
                         part.orig_ids, part.num_classes, config.normalize_features, device)
-    model = GCN(config.model_config(local.x.shape[1], local.num_classes)).to(device)
+    model = _new_model(config, local, part.num_local, device)
     _, agg, sync = parallelize_gcn(model, part, rt.layout.group, halo=config.halo, grad_sync=config.grad_sync,
                                    stats=stats, kernel=config.kernel)
     return GCNSetup(model, agg, sync, local, stats)
+
+
+def _new_model(config: GCNTrainConfig, local: _Local, num_rows: int, device: torch.device) -> GCN:
+    """The model on ``device``, once a lower bound on a training step's memory over ``num_rows`` rows (inner +
+    halo) fits what the device has free: ``--hidden 1000000000`` is one clear error, not an allocation failure."""
+    model_config = config.model_config(local.x.shape[1], local.num_classes)
+    need = model_config.min_training_bytes(num_rows, optimizer_slots=2 if config.optimizer == "adam" else 0)
+    have = available_bytes(device)
+    if have is not None and need > have:
+        raise ConfigError(f"hidden_dim {config.hidden_dim} (--hidden) with num_layers {config.num_layers} on "
+                          f"{num_rows:,} rows of {local.x.shape[1]} features needs at least {format_bytes(need)} to "
+                          f"train, but {device} has {format_bytes(have)} free: expected a smaller hidden_dim (or more "
+                          "ranks, each holding fewer rows)", field="hidden_dim")
+    return GCN(model_config).to(device)
 
 
 def _train(config: GCNTrainConfig, rt: Runtime, dataset, part) -> GCNTrainResult:
