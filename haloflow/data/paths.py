@@ -23,13 +23,17 @@ def data_root() -> Path:
     return candidates[-1]
 
 
-def check_output_parent(path: str | os.PathLike) -> None:
+def check_output_parent(path: str | os.PathLike | None, flag: str = "--out") -> None:
     """Raise ``ConfigError`` when the nearest existing folder above ``path`` is a file, so ``path`` can never be
     created (``--out notes.txt/parts``). Call it before any work; creating the folder would fail only at the end.
+    ``flag`` names the option in the message; a None ``path`` (the option not given) passes.
     """
+    if path is None:
+        return
     path = Path(path)
     for parent in path.parents:  # nearest first
         if parent.exists():
             if not parent.is_dir():
-                raise ConfigError(f"cannot create {path}: {parent} is a file, expected a folder (choose another --out)")
+                raise ConfigError(f"cannot create {path}: {parent} is a file, expected a folder (choose another "
+                                  f"{flag})")
             return

@@ -29,6 +29,7 @@ import torch.distributed as dist
 
 from haloflow.data.clicks import CHUNK
 from haloflow.data.jagged import ClickBatch, JaggedBatch, split_sizes
+from haloflow.data.paths import check_output_parent
 from haloflow.engine.comm import all_gather_cat
 from haloflow.engine.dlrm.sharding import build_sharded_dlrm
 from haloflow.engine.runtime import ParallelLayout, Runtime, RuntimeConfig, TrainResult, to_device
@@ -115,6 +116,7 @@ class DLRMTrainConfig:
             raise ConfigError(f"cache_ratio must be in (0, 1], got {self.cache_ratio}", field="cache_ratio")
         if self.dp_grad not in ("sparse", "dense"):
             raise ConfigError(f"dp_grad must be 'sparse' or 'dense', got {self.dp_grad!r}", field="dp_grad")
+        check_output_parent(self.runtime.log_jsonl, "--log-jsonl")  # checked now, not at the first record
         for name in ("data", "plan"):
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, Path(getattr(self, name)))

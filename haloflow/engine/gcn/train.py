@@ -16,6 +16,7 @@ and the JSON lines for programs; rank 0 saves the final weights (``save``, writt
 from __future__ import annotations
 
 import logging
+import math
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -25,6 +26,7 @@ import numpy as np
 import torch
 
 from haloflow.data.graph import GraphDataset
+from haloflow.data.paths import check_output_parent
 from haloflow.engine.comm import CommStats, all_gather_rows
 from haloflow.engine.gcn.parallelize import HaloConfig, parallelize_gcn
 from haloflow.engine.grad_sync import BucketedGradSync, GradSyncConfig
@@ -84,10 +86,11 @@ class GCNTrainConfig:
         for name in ("epochs", "hidden_dim", "num_layers"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}", field=name)
-        if not self.lr > 0:
-            raise ConfigError(f"lr must be > 0, got {self.lr}", field="lr")
-        if self.weight_decay < 0:
-            raise ConfigError(f"weight_decay must be >= 0, got {self.weight_decay}", field="weight_decay")
+        if not (self.lr > 0 and math.isfinite(self.lr)):
+            raise ConfigError(f"lr must be a finite number > 0, got {self.lr}", field="lr")
+        if not (self.weight_decay >= 0 and math.isfinite(self.weight_decay)):
+            raise ConfigError(f"weight_decay must be a finite number >= 0, got {self.weight_decay}",
+                              field="weight_decay")
         if self.optimizer not in OPTIMIZERS:
             raise ConfigError(f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}", field="optimizer")
         if self.conv not in CONVS:
@@ -96,6 +99,8 @@ class GCNTrainConfig:
             raise ConfigError(f"kernel must be one of {KERNELS}, got {self.kernel!r}", field="kernel")
         if self.save is not None and Path(self.save).is_dir():
             raise ConfigError(f"save {self.save} is a folder; expected a file name to write", field="save")
+        check_output_parent(self.save, "--save")  # checked now: the file is written after training
+        check_output_parent(self.runtime.log_jsonl, "--log-jsonl")
 
     def model_config(self, in_dim: int, out_dim: int) -> GCNConfig:
         return GCNConfig(in_dim=in_dim, out_dim=out_dim, hidden_dim=self.hidden_dim, num_layers=self.num_layers,

@@ -23,6 +23,7 @@ inductive scores are those of events with a node held out of training.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +32,7 @@ import numpy as np
 import torch
 
 from haloflow.data.jagged import split_sizes
+from haloflow.data.paths import check_output_parent
 from haloflow.data.temporal import TemporalEvents, chronological_split, inductive_nodes
 from haloflow.data.temporal_sampler import NegativeSampler, TemporalCSR
 from haloflow.engine.comm import CommStats, all_gather_cat, all_gather_rows
@@ -87,8 +89,8 @@ class TGNTrainConfig:
         for name in ("batch_size", "epochs", "memory_dim", "time_dim", "embedding_dim", "num_neighbors"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}", field=name)
-        if not self.lr > 0:
-            raise ConfigError(f"lr must be > 0, got {self.lr}", field="lr")
+        if not (self.lr > 0 and math.isfinite(self.lr)):
+            raise ConfigError(f"lr must be a finite number > 0, got {self.lr}", field="lr")
         if self.max_train_batches is not None and self.max_train_batches < 1:
             raise ConfigError(f"max_train_batches must be >= 1, got {self.max_train_batches}",
                               field="max_train_batches")
@@ -96,6 +98,7 @@ class TGNTrainConfig:
             raise ConfigError(f"mrr_negatives must be >= 0, got {self.mrr_negatives}", field="mrr_negatives")
         if self.schedule not in SCHEDULES:
             raise ConfigError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}", field="schedule")
+        check_output_parent(self.runtime.log_jsonl, "--log-jsonl")  # checked now, not at the first record
 
     def model_config(self, edge_dim: int) -> TGNConfig:
         return TGNConfig(memory_dim=self.memory_dim, time_dim=self.time_dim, embedding_dim=self.embedding_dim,

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import re
 from pathlib import Path
 
@@ -37,7 +38,10 @@ def parse_bytes(text: str, what: str = "size") -> float:
     if not m or m.group(2).lower() not in _UNITS:
         raise ConfigError(f"{what}: cannot read {text!r} as a size; expected a number with an optional unit "
                           f"(B, KB, MB, GB, TB, KiB, MiB, GiB, TiB), e.g. 2GiB")
-    return float(m.group(1)) * _UNITS[m.group(2).lower()]
+    value = float(m.group(1)) * _UNITS[m.group(2).lower()]
+    if not math.isfinite(value):  # '1e400' reads as infinity
+        raise ConfigError(f"{what}: {text!r} is too large to be a size; expected a finite number of bytes, e.g. 2GiB")
+    return value
 
 
 def kaggle_tables(dim: int = 16) -> tuple[TableSpec, ...]:

@@ -276,6 +276,9 @@ class ShardingPlan:
         return max((c.cost for c in self.per_rank), default=0.0)
 
 
+MAX_WORLD_SIZE = 16_384  # ranks a plan may have: beyond, the planner's search time (linear in K) reaches minutes
+
+
 @dataclass(frozen=True, kw_only=True)
 class Topology:
     """The machines: how many ranks, what memory each may give to embedding tables, and how fast they move bytes.
@@ -299,14 +302,17 @@ class Topology:
         k = self.world_size
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
             raise ConfigError(f"world_size must be an integer >= 1, got {k!r}")
+        if k > MAX_WORLD_SIZE:
+            raise ConfigError(f"world_size must be <= {MAX_WORLD_SIZE:,}, got {k:,}: the planner's search grows with "
+                              f"the ranks (about 1 ms each on 2 cores; a million would take a quarter of an hour)")
         mem = self.memory_per_rank
         mem = (mem,) * k if isinstance(mem, (int, float, np.number)) else tuple(mem)
         if len(mem) == 1 and k > 1:
             mem = mem * k
         if len(mem) != k:
             raise ConfigError(f"memory_per_rank has {len(mem)} entries but world_size is {k}")
-        if any(not m >= 0 for m in mem):
-            raise ConfigError(f"memory_per_rank must be >= 0 bytes, got {mem}")
+        if any(not (m >= 0 and math.isfinite(m)) for m in mem):
+            raise ConfigError(f"memory_per_rank must be a finite number of bytes >= 0, got {mem[:4]}")
         object.__setattr__(self, "memory_per_rank", tuple(float(m) for m in mem))
         for key in ("lookup_bandwidth", "a2a_bandwidth", "allreduce_bandwidth"):
             v = getattr(self, key)
