@@ -15,7 +15,8 @@ def register(subparsers) -> None:
         "inspect",
         help="show a partition folder's summary and verify its files",
         description="Print DIR/meta.json and the per-part statistics. Every file's size is checked against "
-        "meta.json; its CRC-32 too unless --no-verify.",
+        "meta.json, its CRC-32 too unless --no-verify, and what the arrays mean: bounds, dtypes, ids and labels in "
+        "range, and parts that agree on what they send each other.",
     )
     p.add_argument("dir", metavar="DIR", help="partition folder written by `haloflow partition`")
     p.add_argument("--no-verify", action="store_true", help="skip the checksums (sizes are still checked)")
@@ -33,6 +34,7 @@ def run(args: argparse.Namespace) -> int:
           f"{meta.method} (seed {meta.seed}{', ' + config if config else ''})")
     print(f"node data: {', '.join(meta.node_data) or 'none'}; classes: {meta.num_classes}")
     print(format_stats(meta.stats))
-    check = "sizes and CRC-32 checked" if not args.no_verify else "sizes checked, checksums skipped (--no-verify)"
+    check = ("sizes, CRC-32 and contents checked" if not args.no_verify
+             else "sizes and contents checked, checksums skipped (--no-verify)")
     print(f"files: {len(meta.files)} ({total_bytes:,} bytes), {check}")
     return 0

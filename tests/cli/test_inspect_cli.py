@@ -29,7 +29,7 @@ def test_inspect_prints_meta_and_table(folder, capsys):
     for k in range(3):
         assert lines[5 + k].split()[:3] == [str(k), str(summary.stats.inner[k]), str(summary.stats.halo[k])]
     assert f"edge cut: {summary.stats.edge_cut:.2%}" in stdout
-    assert stdout.rstrip().endswith("sizes and CRC-32 checked")
+    assert stdout.rstrip().endswith("sizes, CRC-32 and contents checked")
 
 
 def test_inspect_errors(cli_fails, folder, tmp_path, capsys):
