@@ -20,7 +20,7 @@ import numpy as np
 
 from haloflow.errors import ConfigError
 
-__all__ = ["CSRGraph", "GraphDataset", "ISOLATED_NODE_SLACK", "max_plausible_nodes"]
+__all__ = ["CSRGraph", "GraphDataset", "ISOLATED_NODE_SLACK", "max_plausible_nodes", "check_node_count"]
 
 # E edges touch at most 2E nodes; readers accept this many more ids without edges (isolated nodes) before they
 # call a node count implausible. Large enough for any hand-made example, small enough that a stray id (a typo,
@@ -31,6 +31,24 @@ ISOLATED_NODE_SLACK = 1024
 def max_plausible_nodes(num_edges: int) -> int:
     """The most nodes a reader builds for ``num_edges`` edges unless told the count: ``2 E + 1024``."""
     return 2 * int(num_edges) + ISOLATED_NODE_SLACK
+
+
+# int64 arrays of N entries a graph read with a given node count holds at once at its peak: indptr, the
+# degree counts and the row order sorted into it (edges come on top).
+_BYTES_PER_NODE = 3 * 8
+
+
+def check_node_count(num_nodes: int, source, flag: str = "num_nodes (--num-nodes)") -> None:
+    """Raise ``ConfigError`` when the per-node arrays of a ``num_nodes``-node graph cannot fit in the memory this
+    machine has free: a node count given by hand is taken on trust, and ``10**12`` would otherwise fail deep
+    inside numpy with a MemoryError (or, under overcommit, page in for minutes)."""
+    from haloflow.utils.memory import available_bytes, format_bytes
+
+    have = available_bytes()
+    need = _BYTES_PER_NODE * (int(num_nodes) + 1)
+    if have is not None and need > have:
+        raise ConfigError(f"{source}: {flag} = {num_nodes:,} needs at least {format_bytes(need)} for the per-node "
+                          f"arrays, but this machine has {format_bytes(have)} free: expected the real node count")
 
 
 @dataclass(frozen=True, eq=False)

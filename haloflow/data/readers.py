@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from haloflow.data.graph import CSRGraph, GraphDataset, max_plausible_nodes
+from haloflow.data.graph import CSRGraph, GraphDataset, check_node_count, max_plausible_nodes
 from haloflow.data.textscan import TokenBlock, first_problem, iter_token_blocks, read_head, scan_int_rows
 from haloflow.errors import ConfigError, InputFormatError
 
@@ -73,6 +73,7 @@ def read_snap(path: str | os.PathLike, *, num_nodes: int | None = None, one_base
     if num_nodes is None and edges.size and int(edges.max()) - shift >= bound:  # before max id sizes anything
         _raise_implausible_id(path, kw, bound + shift, edges.shape[0])
     if num_nodes is not None and num_nodes > bound:
+        check_node_count(num_nodes, path)
         log.warning("%s: num_nodes = %s for %s edge lines: at least %s nodes will have no edges", path,
                     f"{num_nodes:,}", f"{edges.shape[0]:,}", f"{num_nodes - 2 * edges.shape[0]:,}")
     if scan.header is not None:

@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from haloflow.data.graph import max_plausible_nodes
-from haloflow.data.textscan import BLOCK_BYTES, first_problem, iter_token_blocks, open_decompressed
+from haloflow.data.textscan import BLOCK_BYTES, codec_errors, first_problem, iter_token_blocks, open_decompressed
 from haloflow.errors import ConfigError, InputFormatError
 
 __all__ = [
@@ -148,12 +148,19 @@ def read_jodie_csv(path: str | os.PathLike) -> TemporalEvents:
 
     Parsed by pyarrow's multi-threaded CSV reader (the 157,474-line Wikipedia file in about 0.1 s); when it
     rejects the file, a line-by-line pass finds the first bad line for the error message. Blank lines are skipped.
+    A gzip, xz or bz2 file is read through its codec (recognised by its first bytes).
 
     Raises:
         InputFormatError: unknown header, a wrong field count, a non-numeric or empty field, a negative id or
             one >= 2 E + 1024 (see `read_snap_temporal`), a NaN time, or a time smaller than the one before (file
-            and 1-based line in the message).
+            and 1-based line in the message); a truncated or corrupt compressed file.
     """
+    with codec_errors(path):
+        return _read_jodie_csv(Path(path))
+
+
+def _read_jodie_csv(path: Path) -> TemporalEvents:
+    """`read_jodie_csv` inside its codec guard."""
     import pyarrow as pa
     import pyarrow.csv as pacsv
 

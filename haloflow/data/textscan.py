@@ -35,6 +35,7 @@ import lzma
 import os
 import zlib
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -47,6 +48,7 @@ from haloflow.utils.progress import progress_bar
 
 __all__ = [
     "open_decompressed",
+    "codec_errors",
     "read_head",
     "TokenBlock",
     "iter_token_blocks",
@@ -97,6 +99,21 @@ def _corrupt(path, cls, err: BaseException, lines_read: int | None = None) -> In
         path, f"truncated or corrupt {codec} data{where} ({type(err).__name__}: {err}): expected a complete "
         f"{codec} file (download or compress it again)"
     )
+
+
+@contextmanager
+def codec_errors(path: str | os.PathLike) -> Iterator[None]:
+    """Inside the block, a cut-off or garbled compressed ``path`` (however it is read: ``open_decompressed``,
+    a reader handed the stream) raises ``InputFormatError`` naming it instead of the codec's EOFError or OSError.
+    A plain file's errors pass unchanged (an OSError there is the disk's, not the data's)."""
+    cls = _decompressor(Path(path))
+    if cls is None:
+        yield
+        return
+    try:
+        yield
+    except _CODEC_ERRORS as err:
+        raise _corrupt(path, cls, err) from None
 
 
 def read_head(path: str | os.PathLike, size: int) -> bytes:

@@ -287,3 +287,11 @@ def test_truncated_or_corrupt_compressed_graph_names_the_file(tmp_path, how):
 def test_read_dataset_real_planetoid_folder(shared_data):
     ds = read_dataset(shared_data / "planetoid")
     assert ds.name == "cora" and ds.num_nodes == 2_708
+
+
+def test_a_node_count_too_large_for_memory_is_refused_before_allocating(tmp_path):
+    path = tmp_path / "g.txt"
+    path.write_text("0 1\n")
+    with pytest.raises(ConfigError, match=r"g.txt: num_nodes \(--num-nodes\) = 1,000,000,000,000 needs at least "
+                                          r"[\d.]+ TiB for the per-node arrays"):
+        read_snap(path, num_nodes=10**12)

@@ -1,4 +1,5 @@
 import gzip
+import lzma
 import re
 
 import numpy as np
@@ -241,3 +242,13 @@ def test_inductive_nodes_errors():
         inductive_nodes(early, chronological_split(early), fraction=0.5)
     with pytest.raises(ConfigError, match="split is of 20 events but the stream has 10"):
         inductive_nodes(ev.head(10), sp)
+
+
+@pytest.mark.parametrize("codec", [gzip.compress, lzma.compress])
+def test_a_cut_compressed_jodie_csv_is_one_error_naming_it(tmp_path, codec):
+    data = codec(("u,i,ts,label\n" + "".join(f"{k},{k + 1},{k},0\n" for k in range(2000))).encode())
+    path = tmp_path / "events.csv"
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(InputFormatError, match=r"events.csv: truncated or corrupt (gzip|xz) data"):
+        read_jodie_csv(path)
+
