@@ -43,8 +43,9 @@ class CachedEmbeddingBag(nn.Module):
 
     def forward(self, ids: Tensor, offsets: Tensor) -> Tensor:
         uniq, inverse = torch.unique(ids, return_inverse=True)  # (u,), (nnz,)
-        rows = self.store.gather(uniq).detach().requires_grad_(self.training)  # (u, D) leaf
-        if self.training:
+        train = self.training and torch.is_grad_enabled()  # an evaluation under no_grad leaves nothing pending
+        rows = self.store.gather(uniq).detach().requires_grad_(train)  # (u, D) leaf
+        if train:
             self._pending.append((uniq, rows))
         dev = rows.device
         return F.embedding_bag(inverse.to(dev), rows, offsets.to(dev), mode="sum",
@@ -58,10 +59,15 @@ class CachedEmbeddingBag(nn.Module):
 
     def step(self) -> None:
         """Hand each pending forward's ``rows.grad`` to ``store.apply_gradients``; rows without a gradient skip."""
+        for uniq, grad in self.take_gradients():
+            self.store.apply_gradients(uniq, grad)
+
+    def take_gradients(self) -> list[tuple[Tensor, Tensor]]:
+        """``(ids (u,), grads (u, D))`` of every forward since the last ``step``, forgotten here: for a caller that
+        combines them first (a data-parallel replica sums them over ranks) and then calls
+        ``store.apply_gradients`` itself. Forwards whose rows got no gradient are left out."""
         pending, self._pending = self._pending, []
-        for uniq, rows in pending:
-            if rows.grad is not None:
-                self.store.apply_gradients(uniq, rows.grad)
+        return [(uniq, rows.grad) for uniq, rows in pending if rows.grad is not None]
 
     def extra_repr(self) -> str:
         s = self.store

@@ -5,7 +5,7 @@ order. That one order fixes every buffer layout of the sharded engine::
 
     input dist, to rank d:      lengths of d's slots   [slot 0: (B_s,) | slot 1: (B_s,) | ...]
                                 values of d's slots    [slot 0's ids   | slot 1's ids   | ...]
-                                  table-/column-wise slot: all ids of its table
+                                  table-/column-wise (or cached) slot: all ids of its table
                                   row-wise slot: the ids inside its row range, minus row_offset
 
     output dist, from holder s: pooled (B_global, W_s)  columns = s's table-/column-wise slots side by side
@@ -34,13 +34,16 @@ from haloflow.partition.planner.validate import validate_plan
 
 __all__ = ["Slot", "EmbeddingLayout", "predict_step_bytes"]
 
-DP, TW, RW, CW = (ShardingType.DATA_PARALLEL, ShardingType.TABLE_WISE, ShardingType.ROW_WISE,
-                  ShardingType.COLUMN_WISE)
+DP, TW, RW, CW, CACHED = (ShardingType.DATA_PARALLEL, ShardingType.TABLE_WISE, ShardingType.ROW_WISE,
+                          ShardingType.COLUMN_WISE, ShardingType.CACHED)
 
 
 @dataclass(frozen=True)
 class Slot:
-    """One model-parallel shard: rows ``row_offset..+num_rows`` x columns ``col_offset..+num_cols`` of a table."""
+    """One model-parallel shard: rows ``row_offset..+num_rows`` x columns ``col_offset..+num_cols`` of a table.
+
+    ``cache_rows``: the device slots of a cached table's shard (the plan's ``cache_rows``), else None.
+    """
 
     table: int
     sharding: ShardingType
@@ -49,6 +52,7 @@ class Slot:
     num_rows: int
     col_offset: int
     num_cols: int
+    cache_rows: int | None = None
 
 
 @dataclass(frozen=True)
@@ -86,13 +90,13 @@ class EmbeddingLayout:
                 continue
             for s in tp.shards:
                 slots[s.rank].append(Slot(tp.table_index, tp.sharding, s.rank, s.row_offset, s.num_rows,
-                                          s.col_offset, s.num_cols))
+                                          s.col_offset, s.num_cols, tp.cache_rows))
         kinds = tuple(tp.sharding for tp in plan.tables)
         return cls(
             world_size=K, dim=int(dim), table_rows=tuple(int(n) for n in table_rows), shardings=kinds,
             slots=tuple(tuple(s) for s in slots),
             dp_tables=tuple(t for t, k in enumerate(kinds) if k is DP),
-            pooled_tables=tuple(t for t, k in enumerate(kinds) if k in (TW, CW)),
+            pooled_tables=tuple(t for t, k in enumerate(kinds) if k in (TW, CW, CACHED)),
             rw_tables=tuple(t for t, k in enumerate(kinds) if k is RW),
         )
 

@@ -14,7 +14,9 @@ the global batch. One lookup is ``input dist -> local lookups -> output dist``::
 Backward runs the reverse exchanges (see ``embedding_dist``); the shard weights get sparse gradients, which
 plain ``torch.optim.SGD`` applies to the local rows. Data-parallel replicas need ``sync_grads()`` after
 backward: it sums their gradients over the ranks (sparse and coalesced, or dense), so every replica applies
-the same update.
+the same update. With ``stores=ShardStores(...)`` every shard and replica lives in a row store instead (the
+optimizer fused, hot rows optionally cached; see ``shard_stores``): then ``step()`` after ``sync_grads()``
+applies the updates, and no torch optimizer sees the tables.
 
 Shapes:
     sparse JaggedBatch lengths (T, B_r) -> pooled (B_r, T, D)
@@ -24,12 +26,14 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Callable, Sequence
+from dataclasses import fields
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from haloflow.cache import CachedEmbeddingBag, CacheStats
 from haloflow.data.jagged import JaggedBatch
 from haloflow.engine.comm import CommStats, Group, group_rank, group_size
 from haloflow.engine.dlrm.embedding_dist import (
@@ -39,9 +43,10 @@ from haloflow.engine.dlrm.embedding_dist import (
     sparse_grad_all_reduce,
 )
 from haloflow.engine.dlrm.embedding_layout import RW, EmbeddingLayout, Slot
+from haloflow.engine.dlrm.shard_stores import ShardStores, store_bytes
 from haloflow.errors import ConfigError, PlanError
 from haloflow.models.keyed_init import keyed_uniform_rows
-from haloflow.partition.planner.types import ShardingPlan
+from haloflow.partition.planner.types import ShardingPlan, ShardingType, Storage
 
 __all__ = ["ShardedEmbeddingCollection", "ShardedPooledHandle"]
 
@@ -77,10 +82,14 @@ class ShardedEmbeddingCollection(nn.Module):
         dp_grad: how data-parallel gradients are summed: "sparse" (exchange the touched rows, coalesce) or
             "dense" (all-reduce the whole table's gradient; cheaper for tiny, hot tables).
         stats: where the collectives count their bytes (a fresh ``CommStats`` by default).
+        stores: keep every slot and replica in a row store with the optimizer fused (``ShardStores``; needed
+            for Adagrad, row-wise Adagrad, caches and the plan's cached tables); None: ``nn.Parameter`` s with
+            sparse gradients for a torch optimizer. See ``shard_stores``.
     """
 
     def __init__(self, layout: EmbeddingLayout, init: Callable[[int, tuple[int, int], tuple[int, int]], Tensor], *,
-                 group: Group | None, dp_grad: str = "sparse", stats: CommStats | None = None):
+                 group: Group | None, dp_grad: str = "sparse", stats: CommStats | None = None,
+                 stores: ShardStores | None = None):
         super().__init__()
         K, rank = group_size(group), group_rank(group)
         if layout.world_size != K:
@@ -90,17 +99,32 @@ class ShardedEmbeddingCollection(nn.Module):
         self.layout, self.group, self.rank, self.dp_grad = layout, group, rank, dp_grad
         self.stats = stats if stats is not None else CommStats()
         self.slots: tuple[Slot, ...] = layout.slots[rank]
+        self.stores = stores
         D = layout.dim
-        self.replicas = nn.ParameterList([nn.Parameter(init(t, (0, layout.table_rows[t]), (0, D)))
-                                          for t in layout.dp_tables])
-        self.shards = nn.ParameterList([
-            nn.Parameter(init(s.table, (s.row_offset, s.row_offset + s.num_rows), (s.col_offset, s.col_offset + s.num_cols)))
-            for s in self.slots
-        ])
+        self._check_stores(layout, stores)
+
+        def rect(s: Slot) -> Tensor:
+            return init(s.table, (s.row_offset, s.row_offset + s.num_rows), (s.col_offset, s.col_offset + s.num_cols))
+
+        # Either parameters (a torch optimizer steps them) or row stores (``step()`` does), never both.
+        self.replicas, self.shards = nn.ParameterList(), nn.ParameterList()
+        self.replica_bags, self.shard_bags = nn.ModuleList(), nn.ModuleList()
+        if stores is None:
+            self.replicas.extend(nn.Parameter(init(t, (0, layout.table_rows[t]), (0, D))) for t in layout.dp_tables)
+            self.shards.extend(nn.Parameter(rect(s)) for s in self.slots)
+        else:
+            # One store at a time: each initial rectangle is freed once its store holds it.
+            for t in layout.dp_tables:
+                store = stores.make(f"t{t}", init(t, (0, layout.table_rows[t]), (0, D)))
+                self.replica_bags.append(CachedEmbeddingBag(store, include_last_offset=True))
+            for s in self.slots:
+                store = stores.make(_slot_name(s), rect(s), cache_rows=s.cache_rows)
+                self.shard_bags.append(CachedEmbeddingBag(store, include_last_offset=True))
+        self._replica_grads: list[tuple[Tensor, Tensor]] = []  # summed (ids, grads) of the replicas, for step()
         self._pooled_w, self._rw_w = layout.widths(rw=False), layout.widths(rw=True)
         self.batch_sizes: Sequence[int] | None = None  # every rank's B_r for the next lookup (None: ask them)
         # Index tensors as buffers on the weights' device, so that ``.to(device)`` moves them with the weights.
-        dev = next(iter([*self.replicas, *self.shards]), torch.empty(0)).device
+        dev = stores.device if stores is not None else next(iter([*self.replicas, *self.shards]), torch.empty(0)).device
         self.register_buffer("_order", layout.output_order().to(dev), persistent=False)
         self.register_buffer("_pooled_cols", layout.columns(rw=False).to(dev), persistent=False)
         self.register_buffer("_rw_cols", layout.columns(rw=True).to(dev), persistent=False)
@@ -109,6 +133,20 @@ class ShardedEmbeddingCollection(nn.Module):
         for t in layout.rw_tables:
             self.register_buffer(f"_bounds{t}", torch.tensor(layout.row_bounds(t), dtype=torch.int64, device=dev),
                                  persistent=False)
+
+    @staticmethod
+    def _check_stores(layout: EmbeddingLayout, stores: ShardStores | None) -> None:
+        cached = [s.table for slots in layout.slots for s in slots if s.cache_rows is not None]
+        if cached and stores is None:
+            raise ConfigError(f"the plan caches table t{cached[0]}: its shard needs a row store (stores=ShardStores"
+                              "(...)); a parameter cannot be cached", field="stores")
+        if stores is not None and stores.optimizer.name == "rowwise_adagrad":
+            cw = [t for t, k in enumerate(layout.shardings) if k is ShardingType.COLUMN_WISE]
+            if cw:
+                raise ConfigError(f"table t{cw[0]} is column-wise, which row-wise Adagrad cannot train exactly: its "
+                                  "accumulator is the mean of g^2 over all columns of a row, and a column-wise shard "
+                                  "holds only some of them; use --optimizer adagrad or another sharding for it",
+                                  field="optimizer")
 
     @classmethod
     def from_plan(cls, plan: ShardingPlan, table_sizes: Sequence[int], dim: int, *, seed: int,
@@ -136,9 +174,23 @@ class ShardedEmbeddingCollection(nn.Module):
 
         return cls(layout, init, group=group, **kwargs)
 
+    def storage(self) -> Storage:
+        """Bytes of this rank's embedding storage, on the device and in host memory: the rows of its shards and
+        replicas, and with row stores their optimizer state and cache slots (a cache's rows counted twice: in
+        its device slots and in its backing store). Parameters' optimizer state lives in the torch optimizer
+        and is not counted."""
+        if self.stores is None:
+            return Storage(device=sum(p.numel() * p.element_size() for p in [*self.replicas, *self.shards]))
+        device = host = 0
+        for bag in [*self.replica_bags, *self.shard_bags]:
+            d, h = store_bytes(bag.store)
+            device, host = device + d, host + h
+        return Storage(device=device, host=host)
+
     def storage_bytes(self) -> int:
-        """Bytes of this rank's embedding rows (shards and replicas; optimizer state not included)."""
-        return sum(p.numel() * p.element_size() for p in [*self.replicas, *self.shards])
+        """All bytes of ``storage()``, device and host."""
+        m = self.storage()
+        return int(m.device + m.host)
 
     @classmethod
     def from_tables(cls, tables: nn.Module, plan: ShardingPlan, *, group: Group | None,
@@ -235,7 +287,10 @@ class ShardedEmbeddingCollection(nn.Module):
         return lengths, values
 
     def _dp_lookup(self, feats: list[tuple[Tensor, Tensor]], B: int) -> Tensor:
-        out = [_bag(feats[t][1], feats[t][0], w) for t, w in zip(self.layout.dp_tables, self.replicas)]
+        if self.stores is None:
+            out = [_bag(feats[t][1], feats[t][0], w) for t, w in zip(self.layout.dp_tables, self.replicas)]
+        else:
+            out = [bag(feats[t][1], _offsets(feats[t][0])) for t, bag in zip(self.layout.dp_tables, self.replica_bags)]
         return torch.cat(out, dim=1) if out else torch.zeros(B, 0, device=self._rows.device)  # (B_r, n_dp * D)
 
     def _shard_lookup(self, received, sizes: list[int]) -> list[Tensor]:
@@ -248,10 +303,13 @@ class ShardedEmbeddingCollection(nn.Module):
         val_blocks = [v.split(cnt) for v, cnt in zip(received.values.split(received.value_splits),
                                                      per_slot_ids.tolist())]
         outputs = []
-        for i, w in enumerate(self.shards):
+        for i in range(n):
             lens = torch.cat([blk[i] for blk in len_blocks])  # (B_global,)
             ids = torch.cat([vb[i] for vb in val_blocks])  # (nnz_slot,)
-            outputs.append(_bag(ids, lens, w))  # (B_global, cols)
+            if self.stores is None:
+                outputs.append(_bag(ids, lens, self.shards[i]))  # (B_global, cols)
+            else:
+                outputs.append(self.shard_bags[i](ids, _offsets(lens)))  # (B_global, cols)
         return outputs
 
     def _exchange(self, outputs: list[Tensor], sizes: list[int], rw: bool) -> PooledExchangeHandle:
@@ -266,6 +324,9 @@ class ShardedEmbeddingCollection(nn.Module):
     # --------------------------------------------------------------------------------------- gradients
     def sync_grads(self) -> None:
         """Sum the data-parallel replicas' gradients over the ranks (call after backward, before the step)."""
+        if self.stores is not None:
+            self._sync_store_grads()
+            return
         if not self.layout.dp_tables or self.group is None:
             return
         if self.dp_grad == "dense":
@@ -285,30 +346,119 @@ class ShardedEmbeddingCollection(nn.Module):
         for w, g in zip(self.replicas, summed):
             w.grad = g
 
+    def _sync_store_grads(self) -> None:
+        """Replicas in row stores: this rank's (ids, grads) of each replica, summed over the ranks like the
+        parameters' sparse gradients (or densely), kept for ``step``."""
+        L = self.layout
+        local = []
+        for t, bag in zip(L.dp_tables, self.replica_bags):
+            taken = bag.take_gradients()  # one (ids, grads) per forward since the last step
+            dev = bag.store.device
+            idx = torch.cat([i for i, _ in taken]) if taken else torch.empty(0, dtype=torch.int64, device=dev)
+            val = torch.cat([g for _, g in taken]) if taken else torch.empty(0, L.dim, device=dev)
+            local.append(torch.sparse_coo_tensor(idx.to(dev).unsqueeze(0), val.to(dev), (L.table_rows[t], L.dim),
+                                                 check_invariants=False))
+        if not local:
+            self._replica_grads = []
+            return
+        if self.group is not None and self.dp_grad == "dense":
+            dense = [g.to_dense() for g in local]
+            works = []
+            for g in dense:
+                self.stats.record("dp_grad_allreduce", g.numel() * g.element_size())
+                works.append(dist.all_reduce(g, group=self.group, async_op=True))
+            for work in works:
+                work.wait()
+            # A row no rank touched has a zero gradient, and a zero gradient leaves a row and its state as they are
+            # under SGD and both Adagrads: apply the rows with a non-zero sum only.
+            rows = [torch.nonzero(g.ne(0).any(1)).reshape(-1) for g in dense]
+            self._replica_grads = [(i, g.index_select(0, i)) for i, g in zip(rows, dense)]
+            return
+        summed = sparse_grad_all_reduce(local, group=self.group, stats=self.stats).wait()
+        self._replica_grads = [(g.indices()[0], g.values()) for g in summed]
+
+    def step(self) -> None:
+        """Apply the last backward's row gradients in every store (after ``sync_grads``); nothing to do for
+        parameters (a torch optimizer steps them)."""
+        for bag in self.shard_bags:
+            bag.step()
+        grads, self._replica_grads = self._replica_grads, []
+        for bag, (ids, g) in zip(self.replica_bags, grads):
+            bag.store.apply_gradients(ids, g)
+
+    def cache_stats(self) -> CacheStats:
+        """Hits, misses and bytes of every cached store, summed over this rank's stores and over the ranks (a
+        collective when the tables live in stores: every rank calls it together, as the trainer does)."""
+        total = CacheStats()
+        for bag in [*self.replica_bags, *self.shard_bags]:
+            stats = getattr(bag.store, "stats", None)
+            if stats is not None:
+                total = total + stats
+        if self.stores is None or self.group is None:
+            return total
+        names = [f.name for f in fields(CacheStats)]
+        vec = torch.tensor([getattr(total, k) for k in names], dtype=torch.int64, device=self._rows.device)
+        dist.all_reduce(vec, group=self.group)  # waits for every rank
+        return CacheStats(**{k: int(v) for k, v in zip(names, vec.tolist())})
+
     # --------------------------------------------------------------------------------------- full tables
     @torch.no_grad()
-    def full_tables(self) -> list[Tensor]:
+    def full_tables(self, array: str = "weight") -> list[Tensor]:
         """Every table whole, on every rank (a collective: one all-reduce of the sharded tables' rows).
 
         Each sharded row is held by exactly one rank and the others add zeros, so the result is exact.
+        ``array``: "weight", or with row stores an optimizer state array ("sum": (rows, D) for Adagrad, (rows,)
+        for row-wise Adagrad), each store flushed first.
         """
         L = self.layout
+        # Every rank must agree on the shapes (the all-reduce below), so they come from the config, not the data.
+        tail = (L.dim,)
+        if array != "weight":
+            spec = self.stores.optimizer.state_spec(L.dim) if self.stores is not None else {}
+            if array not in spec:
+                raise ConfigError(f"array {array!r}: these tables keep 'weight' and {sorted(spec)}", field="array")
+            tail = spec[array][0]  # (D,) for Adagrad, () for row-wise Adagrad (one value per row)
+        if self.stores is None:
+            local = list(self.shards)
+            replicas = [w.detach() for w in self.replicas]
+        else:
+            local = [bag.store.state_dict()[array] for bag in self.shard_bags]
+            replicas = [bag.store.state_dict()[array] for bag in self.replica_bags]
+        dev = self._rows.device
         sharded = [t for t in range(L.num_tables) if t not in L.dp_tables]
-        bufs = {t: torch.zeros(L.table_rows[t], L.dim, device=self._rows.device) for t in sharded}
-        for s, w in zip(self.slots, self.shards):
-            bufs[s.table][s.row_offset:s.row_offset + s.num_rows, s.col_offset:s.col_offset + s.num_cols] = w
+        bufs = {t: torch.zeros(L.table_rows[t], *tail, device=dev) for t in sharded}
+        for s, w in zip(self.slots, local):
+            rows = slice(s.row_offset, s.row_offset + s.num_rows)
+            if tail:
+                bufs[s.table][rows, s.col_offset:s.col_offset + s.num_cols] = w.to(dev)
+            else:
+                bufs[s.table][rows] = w.to(dev)
         if sharded and self.group is not None:
             flat = torch.cat([bufs[t].reshape(-1) for t in sharded])
             dist.all_reduce(flat, group=self.group)
             for t, chunk in zip(sharded, flat.split([bufs[t].numel() for t in sharded])):
-                bufs[t] = chunk.view(L.table_rows[t], L.dim)
-        for t, w in zip(L.dp_tables, self.replicas):
-            bufs[t] = w.detach().clone()
+                bufs[t] = chunk.view(L.table_rows[t], *tail)
+        for t, w in zip(L.dp_tables, replicas):
+            bufs[t] = w.to(dev).clone()
         return [bufs[t] for t in range(L.num_tables)]
+
+
+def _offsets(lengths: Tensor) -> Tensor:
+    """Bag bounds of lengths (B,): (B+1,) offsets, the last one the end of the last bag."""
+    offsets = torch.zeros(lengths.numel() + 1, dtype=torch.int64, device=lengths.device)
+    torch.cumsum(lengths, 0, out=offsets[1:])
+    return offsets
 
 
 def _bag(ids: Tensor, lengths: Tensor, weight: Tensor) -> Tensor:
     """Sum-pooled bags with sparse gradients: ids (nnz,), lengths (B,) -> (B, cols)."""
-    offsets = torch.zeros(lengths.numel() + 1, dtype=torch.int64, device=lengths.device)
-    torch.cumsum(lengths, 0, out=offsets[1:])
-    return F.embedding_bag(ids, weight, offsets, mode="sum", sparse=True, include_last_offset=True)
+    return F.embedding_bag(ids, weight, _offsets(lengths), mode="sum", sparse=True, include_last_offset=True)
+
+
+def _slot_name(s: Slot) -> str:
+    """``t3`` for a whole table, ``t3[rows 0:500]`` / ``t3[cols 0:8]`` for part of one (names stores in errors)."""
+    if s.sharding is RW:
+        return f"t{s.table}[rows {s.row_offset}:{s.row_offset + s.num_rows}]"
+    if s.sharding is ShardingType.COLUMN_WISE:
+        return f"t{s.table}[cols {s.col_offset}:{s.col_offset + s.num_cols}]"
+    return f"t{s.table}"

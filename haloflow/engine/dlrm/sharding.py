@@ -15,6 +15,7 @@ One step on rank r of K, with the global batch of B samples split into contiguou
     logits = model(dense_r, sparse_r, batch_sizes)      # (B_r,)
     loss = dlrm_loss(logits, labels_r, global_batch_size=B)   # sums to the single-process mean over ranks
     loss.backward(); model.finish_grad_sync(); sgd.step()
+    (tables in row stores: ... model.finish_grad_sync(); model.embeddings.step(); mlp_optimizer.step())
 
 The MLP gradients use a second process group so that their collectives, started from autograd hooks, can
 never interleave differently with the embedding exchanges on different ranks.
@@ -30,6 +31,7 @@ from torch import Tensor, nn
 
 from haloflow.data.jagged import JaggedBatch
 from haloflow.engine.comm import CommStats, Group
+from haloflow.engine.dlrm.shard_stores import ShardStores
 from haloflow.engine.dlrm.sharded_embedding import ShardedEmbeddingCollection
 from haloflow.engine.grad_sync import BucketedGradSync
 from haloflow.models.dlrm import DLRM, DLRMConfig
@@ -96,13 +98,19 @@ class DistributedDLRM(nn.Module):
 
 
 def build_sharded_dlrm(config: DLRMConfig, plan: ShardingPlan, group: Group | None, *, dp_grad: str = "sparse",
-                       stats: CommStats | None = None, device: torch.device | None = None) -> DistributedDLRM:
+                       stats: CommStats | None = None, device: torch.device | None = None,
+                       stores: ShardStores | None = None) -> DistributedDLRM:
     """This rank's DLRM built from ``config`` and ``plan`` alone: its shards and replicas are initialised in place
     (the values ``DLRM(config)`` would hold in those cells), so no rank ever allocates a table it does not own and
     the plan's per-rank memory is the real one. Every rank calls it together (it creates the MLP gradient group).
+
+    ``stores``: keep the shards in row stores with the optimizer fused (and caches; see ``shard_stores``); then
+    ``model.embeddings.step()`` after ``finish_grad_sync()`` updates the tables, and a torch optimizer over
+    ``model.parameters()`` sees only the MLPs.
     """
     embeddings = ShardedEmbeddingCollection.from_plan(plan, config.table_sizes, config.embedding_dim,
-                                                      seed=config.seed, group=group, dp_grad=dp_grad, stats=stats)
+                                                      seed=config.seed, group=group, dp_grad=dp_grad, stats=stats,
+                                                      stores=stores)
     model = DLRM(config, embeddings=embeddings)
     if device is not None:
         model = model.to(device)

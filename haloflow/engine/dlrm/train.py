@@ -236,31 +236,43 @@ def _state(net, layout: ParallelLayout) -> dict:
 
 
 def _build_model(config: DLRMTrainConfig, data: _Data, layout: ParallelLayout):
-    """The single-device model (one process, no plan), or this rank's shards built in place (no whole tables)."""
+    """The single-device model (one process, no plan), or this rank's shards built in place (no whole tables).
+
+    Tables go into row stores (the optimizer fused, hot rows optionally cached) for ``--optimizer adagrad`` /
+    ``rowwise_adagrad``, ``--cache-ratio``, or a plan that caches a table; otherwise they are parameters that
+    the torch optimizer steps. Sharded, data-parallel replicas go into stores too (never parameters), so that
+    every table gets the same optimizer.
+    """
     model_config = DLRMConfig(table_sizes=data.table_sizes, num_dense=data.num_dense,
                               embedding_dim=config.embedding_dim, bottom_mlp=config.bottom_mlp,
                               top_mlp=config.top_mlp, seed=config.seed)
-    stores = config.cache_ratio is not None or config.optimizer != "sgd"
-    if stores and (layout.world_size > 1 or config.plan is not None):
-        raise ConfigError("tables in row stores (--cache-ratio, or --optimizer adagrad / rowwise_adagrad) train in "
-                          "one process in this release; leave out --nproc and --plan", field="cache_ratio")
-    if stores:
-        from haloflow.cache import CacheConfig, make_optimizer
-        from haloflow.engine.dlrm.store_tables import StoreTables
-
-        cache = (CacheConfig(ratio=config.cache_ratio, policy=config.cache_policy)
-                 if config.cache_ratio is not None else None)
-        tables = StoreTables.build(model_config, make_optimizer({"name": config.optimizer, "lr": config.lr}),
-                                   cache=cache, device=layout.device)
-        return DLRM(model_config, embeddings=tables).to(layout.device), None
+    plan = None
     if config.plan is not None:
         plan = load_plan(config.plan)
         layout.expect_parts(plan.world_size, f"plan {config.plan}")
     elif layout.world_size > 1:
         plan = table_wise_plan(data.table_sizes, config.embedding_dim, layout.world_size)
-    else:
-        return DLRM(model_config).to(layout.device), None
-    sharded = build_sharded_dlrm(model_config, plan, layout.group, dp_grad=config.dp_grad, device=layout.device)
+    plan_caches = plan is not None and any(tp.cache_rows is not None for tp in plan.tables)
+    stores = config.cache_ratio is not None or config.optimizer != "sgd" or plan_caches
+    if not stores:
+        if plan is None:
+            return DLRM(model_config).to(layout.device), None
+        sharded = build_sharded_dlrm(model_config, plan, layout.group, dp_grad=config.dp_grad, device=layout.device)
+        return sharded.model, sharded
+    from haloflow.cache import CacheConfig, make_optimizer
+
+    optimizer = make_optimizer({"name": config.optimizer, "lr": config.lr})
+    cache = (CacheConfig(ratio=config.cache_ratio, policy=config.cache_policy)
+             if config.cache_ratio is not None else None)
+    if plan is None:
+        from haloflow.engine.dlrm.store_tables import StoreTables
+
+        tables = StoreTables.build(model_config, optimizer, cache=cache, device=layout.device)
+        return DLRM(model_config, embeddings=tables).to(layout.device), None
+    from haloflow.engine.dlrm.shard_stores import ShardStores
+
+    sharded = build_sharded_dlrm(model_config, plan, layout.group, dp_grad=config.dp_grad, device=layout.device,
+                                 stores=ShardStores(optimizer=optimizer, cache=cache, device=layout.device))
     return sharded.model, sharded
 
 

@@ -21,6 +21,7 @@ import numpy as np
 from haloflow.errors import ConfigError
 from haloflow.partition.planner.cost_model import EmbeddingCostModel
 from haloflow.partition.planner.types import (
+    DEFAULT_SHARDING_TYPES,
     Enumerator,
     OptionSet,
     ShardingOption,
@@ -41,7 +42,7 @@ class ShardingOptionEnumerator(Enumerator):
     """
 
     cost_model: EmbeddingCostModel = EmbeddingCostModel()
-    sharding_types: tuple[ShardingType, ...] = tuple(ShardingType)
+    sharding_types: tuple[ShardingType, ...] = DEFAULT_SHARDING_TYPES
     min_shard_cols: int = 4
 
     def __post_init__(self) -> None:

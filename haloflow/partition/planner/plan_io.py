@@ -4,7 +4,8 @@
 
     {"format": "haloflow.sharding_plan", "version": 1, "world_size": K,
      "tables": [{"table": NAME, "table_index": i, "sharding": "row_wise",
-                 "shards": [{"rank": r, "row_offset": .., "num_rows": .., "col_offset": .., "num_cols": ..}]}],
+                 "shards": [{"rank": r, "row_offset": .., "num_rows": .., "col_offset": .., "num_cols": ..}]},
+                {"table": NAME, "table_index": j, "sharding": "cached", "cache_rows": S, "shards": [one full]}],
      "per_rank": [{"rank": r, "cost_s": .., "memory": {...}, "traffic": {...}}]}
 
 Parsing lives in ``validate.plan_from_dict`` (every mistake names the file and the field); writing goes to a
@@ -35,6 +36,7 @@ def plan_to_dict(plan: ShardingPlan) -> dict:
         "world_size": plan.world_size,
         "tables": [
             {"table": tp.table, "table_index": tp.table_index, "sharding": tp.sharding.value,
+             **({"cache_rows": tp.cache_rows} if tp.cache_rows is not None else {}),
              "shards": [s.__dict__.copy() for s in tp.shards]}
             for tp in plan.tables
         ],

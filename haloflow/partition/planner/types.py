@@ -25,8 +25,11 @@ A plan says, for every embedding table, how it is cut into shards and which rank
     TablePlan(table, table_index, sharding, shards)           one table
     ShardingPlan(world_size, tables, per_rank)                tables in table_index order, 0..T-1
 
-A ``CACHED`` kind (the table in host memory, hot rows on the device) fits in later as another ``ShardingType``
-whose shards count against ``Storage.host``.
+    CACHED         one full shard on one rank, like TABLE_WISE, but its rows and optimizer state live in host
+                   memory (``Storage.host``) and only ``cache_rows`` hot rows on the device (``Storage.device``);
+                   the trainer builds a ``haloflow.cache.CachedStore`` of that many slots for it
+
+    TablePlan(..., cache_rows=S)                              S >= 1 for a cached table, None for every other
 
 The search runs as a pipeline of small stages, each an abstract class here with one default strategy per file::
 
@@ -51,6 +54,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ShardingType",
+    "DEFAULT_SHARDING_TYPES",
     "TableSpec",
     "Shard",
     "TablePlan",
@@ -79,6 +83,12 @@ class ShardingType(str, Enum):
     TABLE_WISE = "table_wise"
     ROW_WISE = "row_wise"
     COLUMN_WISE = "column_wise"
+    CACHED = "cached"
+
+
+# The kinds a plan may use unless told otherwise; ``CACHED`` is opt-in (it trades step time for device memory).
+DEFAULT_SHARDING_TYPES = (ShardingType.DATA_PARALLEL, ShardingType.TABLE_WISE, ShardingType.ROW_WISE,
+                          ShardingType.COLUMN_WISE)
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -157,18 +167,32 @@ class Shard:
 
 @dataclass(frozen=True)
 class TablePlan:
-    """How one table is sharded (see the module docstring for what each ``sharding`` requires of ``shards``)."""
+    """How one table is sharded (see the module docstring for what each ``sharding`` requires of ``shards``).
+
+    ``cache_rows``: device slots of a ``CACHED`` table (its hot rows); None for every other kind.
+    """
 
     table: str
     table_index: int
     sharding: ShardingType
     shards: tuple[Shard, ...]
+    cache_rows: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "sharding", ShardingType(self.sharding))
         object.__setattr__(self, "shards", tuple(self.shards))
         if not self.shards:
             raise ConfigError(f"table {self.table}: a table plan needs at least one shard")
+        cached = self.sharding is ShardingType.CACHED
+        c = self.cache_rows
+        if cached and (isinstance(c, bool) or not isinstance(c, (int, np.integer)) or c < 1):
+            raise ConfigError(f"table {self.table}: a cached table needs cache_rows, an integer >= 1 (its device "
+                              f"slots), got {c!r}", field="cache_rows")
+        if not cached and c is not None:
+            raise ConfigError(f"table {self.table}: cache_rows {c!r} is only for sharding 'cached', not "
+                              f"{self.sharding.value!r}", field="cache_rows")
+        if cached:
+            object.__setattr__(self, "cache_rows", int(c))
 
     @property
     def ranks(self) -> tuple[int, ...]:

@@ -43,10 +43,12 @@ def validate_plan(plan: ShardingPlan, specs: list[TableSpec] | tuple[TableSpec, 
             if len(full) != len(tp.shards) or sorted(tp.ranks) != list(range(k)):
                 raise PlanError(f"{where}: needs one full {spec.num_rows} x {spec.dim} shard on every rank "
                                 f"0..{k - 1}, got {_describe(tp.shards)}")
-        elif tp.sharding is ShardingType.TABLE_WISE:
+        elif tp.sharding in (ShardingType.TABLE_WISE, ShardingType.CACHED):
             if len(tp.shards) != 1 or len(full) != 1:
                 raise PlanError(f"{where}: needs exactly one full {spec.num_rows} x {spec.dim} shard, "
                                 f"got {_describe(tp.shards)}")
+            if tp.sharding is ShardingType.CACHED and not 1 <= tp.cache_rows <= spec.num_rows:
+                raise PlanError(f"{where}: cache_rows {tp.cache_rows} outside 1..{spec.num_rows} (the table's rows)")
         else:
             rows = tp.sharding is ShardingType.ROW_WISE
             _check_ranges(where, tp.shards, rows, spec.num_rows if rows else spec.dim,
@@ -93,8 +95,13 @@ def plan_from_dict(d: object, source: str = "<plan>") -> ShardingPlan:
             shards = tuple(Shard(**{k: _get(s, k, int, where) for k in
                                     ("rank", "row_offset", "num_rows", "col_offset", "num_cols")})
                            for s in _get(t, "shards", list, where))
+            kind = _get(t, "sharding", str, where)
+            if kind not in {k.value for k in ShardingType}:
+                raise PlanError(f"{where}: field 'sharding' is {kind!r}, expected one of "
+                                f"{[k.value for k in ShardingType]}")
+            cache_rows = _get(t, "cache_rows", int, where) if "cache_rows" in t else None
             tables.append(TablePlan(_get(t, "table", str, where), _get(t, "table_index", int, where),
-                                    ShardingType(_get(t, "sharding", str, where)), shards))
+                                    ShardingType(kind), shards, cache_rows))
         per_rank = []
         for i, c in enumerate(_get(d, "per_rank", list, source)):
             where = f"{source}: per_rank[{i}]"

@@ -8,7 +8,6 @@ from haloflow.data.jagged import JaggedBatch
 from haloflow.engine.dlrm.store_tables import StoreTables
 from haloflow.engine.dlrm.train import DLRMTrainConfig, train_dlrm
 from haloflow.engine.runtime import RuntimeConfig
-from haloflow.errors import ConfigError
 from haloflow.models.dlrm import DLRM, DLRMConfig, dlrm_loss
 from tests.engine.dlrm.test_train import SMALL
 
@@ -63,9 +62,7 @@ def test_a_cache_of_any_size_trains_what_the_uncached_tables_train(optimizer, ra
     assert stats.lookups > 0 and 0 < stats.hits < stats.lookups
 
 
-def test_the_trainer_reports_the_cache_and_refuses_it_sharded():
+def test_the_trainer_reports_the_cache():
     result = train_dlrm(DLRMTrainConfig(**SMALL, cache_ratio=0.05, optimizer="adagrad",
                                         runtime=RuntimeConfig(progress=False)))
     assert 0 <= result.cache["cache_hit_rate"] <= 1 and result.cache["cache_bytes_to_device"] > 0
-    with pytest.raises(ConfigError, match="train in one process in this release"):
-        train_dlrm(DLRMTrainConfig(**SMALL, cache_ratio=0.05, plan="plan.json"))

@@ -93,22 +93,47 @@ def _mixed_plan_26(dim: int) -> ShardingPlan:
     return ShardingPlan(2, tuple(tables))
 
 
+def _cli(tmp_path, nproc: int, *extra: str) -> tuple[list[dict], str]:
+    """``haloflow train dlrm --synthetic`` with SMALL's sizes on ``nproc`` ranks: (JSON records, stdout)."""
+    cmd = [sys.executable, "-m", "haloflow", "train", "dlrm", "--synthetic", "--nproc", str(nproc),
+           "--synthetic-max-rows", "40", "--synthetic-train", "160", "--synthetic-val", "96", "--batch-size", "32",
+           "--embedding-dim", "4", "--bottom-mlp", "8", "--top-mlp", "8", "--log-every", "1", "--no-progress",
+           "--log-jsonl", str(tmp_path / "m.jsonl"), *extra]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=REPO, env=env)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return [json.loads(x) for x in (tmp_path / "m.jsonl").read_text().splitlines()], proc.stdout
+
+
 @pytest.mark.slow
 def test_two_ranks_through_the_cli_match_one_process(tmp_path):
     plan = save_plan(_mixed_plan_26(SMALL["embedding_dim"]), tmp_path / "plan.json")
     one = train_dlrm(DLRMTrainConfig(**SMALL))
-    cmd = [sys.executable, "-m", "haloflow", "train", "dlrm", "--synthetic", "--nproc", "2", "--plan", str(plan),
-           "--synthetic-max-rows", "40", "--synthetic-train", "160", "--synthetic-val", "96", "--batch-size", "32",
-           "--embedding-dim", "4", "--bottom-mlp", "8", "--top-mlp", "8", "--log-every", "1", "--no-progress",
-           "--log-jsonl", str(tmp_path / "m.jsonl")]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=REPO, env=env)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    records = [json.loads(x) for x in (tmp_path / "m.jsonl").read_text().splitlines()]
-    assert proc.stdout.count("val AUC") == 1  # rank 0 printed the summary once
+    records, stdout = _cli(tmp_path, 2, "--plan", str(plan))
+    assert stdout.count("val AUC") == 1  # rank 0 printed the summary once
     losses = [r["loss"] for r in records if r["kind"] == "train"]
     torch.testing.assert_close(torch.tensor(losses), torch.tensor(one.losses))
     final = records[-1]
     assert final["world_size"] == 2 and final["comm_bytes_per_step"] > 0
     assert final["val_logloss"] == pytest.approx(one.val_logloss, rel=1e-5)
     assert final["val_auc"] == pytest.approx(one.val_auc, abs=1e-6)
+
+
+@pytest.mark.slow
+def test_two_ranks_with_cached_adagrad_tables_through_the_cli_match_one_process(tmp_path):
+    # `haloflow train dlrm --synthetic --nproc 2 --cache-ratio 0.05 --optimizer adagrad`: each rank's tables in
+    # caches over host memory, Adagrad fused into them; the same losses and validation as one process.
+    # (lr 0.01: at Adagrad lr 0.1 the first steps' losses reach ~100 and amplify float rounding.)
+    flags = dict(cache_ratio=0.05, optimizer="adagrad", lr=0.01)
+    one = train_dlrm(DLRMTrainConfig(**SMALL, **flags))
+    records, _ = _cli(tmp_path, 2, "--cache-ratio", "0.05", "--optimizer", "adagrad", "--lr", "0.01")
+    losses = [r["loss"] for r in records if r["kind"] == "train"]
+    torch.testing.assert_close(torch.tensor(losses), torch.tensor(one.losses))
+    assert records[-1]["val_logloss"] == pytest.approx(one.val_logloss, rel=1e-5)
+    assert records[-1]["val_auc"] == pytest.approx(one.val_auc, abs=1e-6)
+    # Whole tables on either rank, each seeing every id of the global batch: the caches of both ranks, summed,
+    # counted exactly the hits and bytes of the single process's caches.
+    last, one_last = records[-2], [r for r in one.records if r["kind"] == "train"][-1]
+    assert last["kind"] == "train" and 0 < last["cache_hit_rate"] < 1
+    assert last["cache_hit_rate"] == one_last["cache_hit_rate"]
+    assert last["cache_bytes_to_device"] == one_last["cache_bytes_to_device"]

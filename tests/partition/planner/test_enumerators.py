@@ -69,5 +69,5 @@ def test_errors():
     with pytest.raises(ConfigError, match=r"duplicates \['a'\]"):
         ShardingOptionEnumerator().enumerate((TableSpec(name="a", num_rows=2, dim=4),) * 2,
                                              Topology(world_size=2, memory_per_rank=1e9))
-    with pytest.raises(ValueError, match="'cached' is not a valid ShardingType"):
-        ShardingOptionEnumerator(sharding_types=("cached",))
+    with pytest.raises(ValueError, match="'sharded_somehow' is not a valid ShardingType"):
+        ShardingOptionEnumerator(sharding_types=("sharded_somehow",))

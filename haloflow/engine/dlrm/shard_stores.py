@@ -1,0 +1,102 @@
+"""A rank's embedding shards in row stores: the row optimizer fused into them, hot rows optionally cached.
+
+``ShardedEmbeddingCollection(..., stores=ShardStores(...))`` puts every slot and replica of this rank in a
+``haloflow.cache`` row store instead of an ``nn.Parameter``::
+
+    slot (table t, rows a..b-1, cols c..d-1)   ->  a store of (b - a) rows x (d - c) columns (row ids local to it)
+    data-parallel replica of table t            ->  a store of the whole table, on every rank
+
+    which store   plan gives the slot cache_rows (sharding "cached")  ->  CachedStore of cache_rows slots
+                  ShardStores.cache (--cache-ratio R)                 ->  CachedStore of ceil(R x its rows) slots
+                  otherwise                                           ->  MemoryStore (the rows whole, on the device)
+    per step      forward   a slot's ids -> unique -> store.gather -> sum-pooled        (CachedEmbeddingBag)
+                  backward  rows.grad (u, cols): each row's gradient summed over its occurrences
+                  sync      replicas: (ids, grads) of every rank summed in rank order (sparse all-gather)
+                  step      every store applies its rows' gradients with the row optimizer (SGD, Adagrad,
+                            row-wise Adagrad); a torch optimizer sees only the MLPs
+
+Why a sharded run equals the single-process ``StoreTables``: a model-parallel slot looks up the ids of the
+*global* batch in global sample order (the input dist delivers sources in rank order, and each rank's slice is
+contiguous), so each row's gradient sums the same occurrences in the same order as one process does, and a
+store of any cache size updates its rows exactly as an uncached one (``haloflow.cache``). What differs from one
+process is float rounding elsewhere: the MLP gradients are summed over ranks, and so are a replica's.
+
+Row-wise Adagrad keeps one accumulator per row, the mean of g^2 over all D columns; a column-wise shard sees
+only its own columns, so it cannot keep that accumulator alone, and the combination is refused.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from haloflow.cache import (
+    BackingStore,
+    CacheConfig,
+    CachedStore,
+    MemoryStore,
+    RowOptimizer,
+    RowStore,
+    make_optimizer,
+    make_policy,
+)
+from haloflow.errors import ConfigError
+
+__all__ = ["ShardStores", "store_bytes"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ShardStores:
+    """How this rank's shards and replicas live in row stores.
+
+    Args:
+        optimizer: the row optimizer of every table (``make_optimizer({"name": "adagrad", "lr": 0.1})``).
+        cache: cache every shard and replica with this config (its ``ratio`` applies to each store's own rows;
+            ``num_slots`` to each store alike); None: only the plan's cached tables get a cache.
+        device: where the stores' device rows (whole tables, or cache slots) live.
+        backing_dir: put cached stores' backing rows in memory-mapped folders under it (one per store, made
+            afresh), for tables larger than host memory; None: in host memory.
+    """
+
+    optimizer: RowOptimizer
+    cache: CacheConfig | None = None
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    backing_dir: Path | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "optimizer", make_optimizer(self.optimizer))
+        object.__setattr__(self, "device", torch.device(self.device))
+        if self.backing_dir is not None:
+            object.__setattr__(self, "backing_dir", Path(self.backing_dir))
+
+    def make(self, name: str, weight: Tensor, *, cache_rows: int | None = None) -> RowStore:
+        """A store holding ``weight`` (rows, cols) under ``name``: cached with ``cache_rows`` slots when given
+        (a plan's cached table), else as ``cache`` says, else whole on the device."""
+        n, d = (int(x) for x in weight.shape)
+        if cache_rows is None and self.cache is None:
+            return MemoryStore(weight.to(self.device), self.optimizer, name=name)
+        slots = int(cache_rows) if cache_rows is not None else self.cache.slots_for(n)
+        if not 1 <= slots <= n:
+            raise ConfigError(f"table {name!r}: {slots} cache slots for a shard of {n} rows; expected 1..{n}",
+                              field="cache_rows")
+        if self.backing_dir is None:
+            backing = BackingStore.in_memory(n, d, self.optimizer, weight=weight, name=name)
+        else:
+            backing = BackingStore.create(self.backing_dir / name, n, d, self.optimizer, weight=weight, name=name,
+                                          overwrite=True)
+        config = self.cache if self.cache is not None else CacheConfig(num_slots=slots)
+        policy = make_policy(config.policy, admit_all=config.admit_all)
+        return CachedStore(backing, num_slots=slots, policy=policy, device=self.device, max_bytes=config.max_bytes,
+                           name=name)
+
+
+def store_bytes(store: RowStore) -> tuple[int, int]:
+    """(device bytes, host bytes) a store holds: rows and optimizer state, and a cache's slots."""
+    if isinstance(store, CachedStore):
+        device = sum(a.numel() * a.element_size() for a in store.slots.values())
+        host = sum(a.numel() * a.element_size() for a in store.backing.arrays.values())
+        return device, host
+    return sum(a.numel() * a.element_size() for a in store.state_dict().values()), 0
