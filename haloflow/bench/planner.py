@@ -25,7 +25,7 @@ from haloflow.partition.planner.cost_model import EmbeddingCostModel
 from haloflow.partition.planner.enumerators import ShardingOptionEnumerator
 from haloflow.partition.planner.planner import EmbeddingShardingPlanner, lower_bound
 from haloflow.partition.planner.specs import kaggle_tables, parse_bytes
-from haloflow.partition.planner.types import ShardingType, TableSpec, Topology
+from haloflow.partition.planner.types import DEFAULT_SHARDING_TYPES, ShardingType, TableSpec, Topology
 from haloflow.utils.atomic import atomic_write_text
 
 QUALITY_TARGET = 1.10
@@ -42,7 +42,7 @@ def synthetic(n: int, seed: int = 0) -> tuple[TableSpec, ...]:
                  for i, (r, d, p) in enumerate(zip(rows, dims, pool)))
 
 
-def plan_once(specs, topo: Topology, cost_model: EmbeddingCostModel, kinds=tuple(ShardingType)):
+def plan_once(specs, topo: Topology, cost_model: EmbeddingCostModel, kinds=DEFAULT_SHARDING_TYPES):
     enumerator = ShardingOptionEnumerator(cost_model=cost_model, sharding_types=kinds)
     t0 = time.perf_counter()
     plan = EmbeddingShardingPlanner(topo, enumerator=enumerator).plan(specs)

@@ -7,16 +7,18 @@ planner; prints the plan as a table with per-rank cost and memory, and writes it
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from haloflow.cli import name_flags
 from haloflow.errors import ConfigError
 from haloflow.partition.planner.cost_model import EmbeddingCostModel
+from haloflow.partition.planner.enumerators import ShardingOptionEnumerator
 from haloflow.partition.planner.plan_io import save_plan
 from haloflow.partition.planner.planner import EmbeddingShardingPlanner
 from haloflow.partition.planner.report import plan_report
 from haloflow.partition.planner.specs import load_table_specs, parse_bytes
 from haloflow.partition.planner.storage_reservations import FixedFractionReservation
-from haloflow.partition.planner.types import Topology
+from haloflow.partition.planner.types import DEFAULT_SHARDING_TYPES, ShardingType, Topology
 
 __all__ = ["register", "run"]
 
@@ -24,7 +26,8 @@ _OPTIMIZER_SLOTS = {"sgd": 0.0, "adagrad": 1.0, "rowwise-adagrad": 0.0, "adam": 
 # field name in a ConfigError -> the flag a CLI user typed
 _FLAGS = {"world_size": "--world-size", "memory_per_rank": "--memory-per-rank", "batch_size": "--batch-size",
           "lookup_bandwidth": "--lookup-bandwidth", "a2a_bandwidth": "--a2a-bandwidth",
-          "allreduce_bandwidth": "--allreduce-bandwidth", "reserved fraction": "--reserve"}
+          "allreduce_bandwidth": "--allreduce-bandwidth", "host_bandwidth": "--host-bandwidth",
+          "reserved fraction": "--reserve"}
 
 
 def register(subparsers) -> None:
@@ -56,6 +59,18 @@ def register(subparsers) -> None:
                    help="all-reduce bus bandwidth in bytes/s (default 25GB)")
     p.add_argument("--reserve", type=float, default=0.0, metavar="FRACTION",
                    help="share of each rank's memory kept from the tables (default 0)")
+    p.add_argument("--cached", action="store_true",
+                   help="allow 'cached' tables: a table in host memory with its hot rows in a device cache, sized "
+                   "per table from its miss-ratio curve to what the memory budget leaves (the trainer builds the "
+                   "caches the plan records)")
+    p.add_argument("--cache-curves", type=int, default=100, metavar="N",
+                   help="with --cached and a preprocessed --tables folder: simulate each table's cache on its first N "
+                   "train batches of --batch-size (default 100); 0, or other table sources: estimate hit rates from "
+                   "the id histogram (uniform ids without one)")
+    p.add_argument("--cache-policy", choices=("lru", "lfu"), default="lru",
+                   help="the policy simulated for the curves (default lru, the trainer's default)")
+    p.add_argument("--host-bandwidth", default="25GB", metavar="RATE",
+                   help="bytes/s between host memory and the device for cached tables' misses (default 25GB)")
     p.add_argument("--out", metavar="FILE", help="write the plan as JSON (temporary file, then rename)")
     p.set_defaults(func=run)
 
@@ -68,16 +83,26 @@ def run(args: argparse.Namespace) -> int:
             lookup_bandwidth=parse_bytes(args.lookup_bandwidth, "--lookup-bandwidth"),
             a2a_bandwidth=parse_bytes(args.a2a_bandwidth, "--a2a-bandwidth"),
             allreduce_bandwidth=parse_bytes(args.allreduce_bandwidth, "--allreduce-bandwidth"),
+            host_bandwidth=parse_bytes(args.host_bandwidth, "--host-bandwidth"),
         )
         cost_model = EmbeddingCostModel(batch_size=args.batch_size, optimizer_slots=_OPTIMIZER_SLOTS[args.optimizer],
                                         dp_grad=args.dp_grad)
         reservation = FixedFractionReservation(fraction=args.reserve)
         if args.dim < 1:
             raise ConfigError(f"--dim must be >= 1, got {args.dim}")
+        if args.cache_curves < 0:
+            raise ConfigError(f"--cache-curves must be >= 0 batches, got {args.cache_curves}")
     except ConfigError as err:
         raise name_flags(err, _FLAGS) from None
     specs = load_table_specs(args.tables, dim=args.dim)
-    plan = EmbeddingShardingPlanner(topology, cost_model=cost_model, reservation=reservation).plan(specs)
+    kinds = DEFAULT_SHARDING_TYPES + ((ShardingType.CACHED,) if args.cached else ())
+    if args.cached and args.cache_curves and Path(args.tables).is_dir():
+        from haloflow.partition.planner.cache_sizing import folder_traces, with_cache_curves  # numba: when needed
+
+        traces = folder_traces(args.tables, batch_size=args.batch_size, max_batches=args.cache_curves)
+        specs = with_cache_curves(specs, traces, policy=args.cache_policy)
+    enumerator = ShardingOptionEnumerator(cost_model=cost_model, sharding_types=kinds)
+    plan = EmbeddingShardingPlanner(topology, reservation=reservation, enumerator=enumerator).plan(specs)
     print(f"{len(specs)} tables ({args.tables}) on {topology.world_size} ranks, batch {args.batch_size}, "
           f"optimizer {args.optimizer}")
     print(plan_report(plan, specs))

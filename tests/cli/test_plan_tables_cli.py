@@ -56,3 +56,18 @@ def test_bad_input_exits_2_with_one_line(tmp_path, capsys, setup, args, match):
     assert len(err.strip().splitlines()) == 1
     assert err.startswith("haloflow plan-tables: error: ")
     assert re.search(match, err)
+
+
+def test_cached_tables_when_the_budget_needs_them(tmp_path, capsys):
+    # 2.16 GB of Kaggle tables on one rank with 1 GiB: refused, unless tables may be cached
+    args = ["plan-tables", "--tables", "kaggle", "--world-size", "1", "--memory-per-rank", "1GiB"]
+    assert main(args) == 2
+    assert "does not fit" in capsys.readouterr().err
+    out = tmp_path / "plan.json"
+    assert main([*args, "--cached", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    plan = load_plan(out)
+    cached = {tp.table: tp.cache_rows for tp in plan.tables if tp.cache_rows is not None}
+    assert "C3" in cached and 0 < cached["C3"] < 10_131_227
+    assert "cache rows" in text and "host memory" in text and f"{cached['C3']:,}" in text
+    assert plan.per_rank[0].memory.device <= 2**30

@@ -19,6 +19,13 @@ One training step of a global batch B on K ranks (each rank holds b = B/K sample
 
     memory of a shard: rows · c · e · (1 + optimizer_slots)
 
+    cached table (one shard, the whole table, on rank r; S of its R rows in device slots): the table-wise
+      traffic, plus host <-> device traffic on r of 2·m·D·e·(1 + optimizer_slots) bytes - every miss loads a
+      row with its state, and evicts (writes back) a dirty one - for m = u·(1 - hit rate(S)) misses among the
+      u distinct ids of the global batch; device memory S·D·e·(1 + optimizer_slots), host memory the table's.
+      hit rate(S): the table's miss-ratio curve (``TableSpec.cache_curve``) interpolated, or estimated from
+      its id histogram as the S most frequent rows' share of distinct lookups (uniform ids: S / R)
+
 Costs are additive, so a table's cost to rank j is ``base`` (the client side of every shard, paid by every rank,
 or the whole data-parallel cost) plus, for each shard j holds, ``server - client`` — the form the partitioner
 balances. Seconds = bytes / the topology's bandwidths (``Topology.seconds``).
@@ -136,6 +143,38 @@ class EmbeddingCostModel:
         """Device bytes of a shard's weights and optimizer state."""
         return rows * cols * self.element_bytes * (1.0 + self.optimizer_slots)
 
+    # --- cached tables -----------------------------------------------------------------------------------
+    def hit_rate(self, spec: TableSpec, slots) -> np.ndarray:
+        """Share of a step's distinct lookups of ``spec`` that a cache of ``slots`` rows serves (array -> array).
+
+        From the table's miss-ratio curve when it has one (linear between its points and from (0, 0); flat past
+        the last); otherwise from the id histogram, as the S most frequent rows' share of the distinct ids of a
+        global batch (a static cache of the hottest rows, which the "frequency" policy approximates); uniform
+        ids without either: S / R.
+        """
+        slots = np.asarray(slots, dtype=np.float64)
+        if spec.cache_curve is not None:
+            xs = [0.0] + [float(sl) for sl, _ in spec.cache_curve]
+            ys = [0.0] + [h for _, h in spec.cache_curve]
+            return np.interp(slots, xs, ys)
+        if spec.id_frequencies is None:
+            return np.minimum(slots / spec.num_rows, 1.0)
+        h = spec.id_frequencies
+        edges = np.floor(np.arange(h.size + 1) * spec.num_rows / h.size)
+        per_bin = np.diff(edges)  # (H,) rows per bin
+        p = h / h.sum() / np.maximum(per_bin, 1)  # (H,) probability of one row of the bin
+        seen = -np.expm1(self.batch_size * spec.pooling_factor * np.log1p(-np.minimum(p, 1.0)))  # (H,) P(in batch)
+        order = np.argsort(-p, kind="stable")  # hottest bins first
+        rows_cum = np.concatenate([[0.0], np.cumsum(per_bin[order])])  # (H+1,) rows in the hottest bins
+        seen_cum = np.concatenate([[0.0], np.cumsum((per_bin * seen)[order])])  # expected distinct ids there
+        return np.interp(slots, rows_cum, seen_cum) / max(seen_cum[-1], 1e-300)
+
+    def cached_host_traffic(self, spec: TableSpec, slots) -> np.ndarray:
+        """Host <-> device bytes per step of ``spec`` cached in ``slots`` device rows (on the rank holding it)."""
+        u = self.table_unique(spec, 1)  # distinct ids of the global batch: the holder serves every rank
+        misses = u * (1.0 - self.hit_rate(spec, slots))
+        return 2.0 * misses * spec.dim * self.element_bytes * (1.0 + self.optimizer_slots)
+
     # --- describing tables (for messages) ----------------------------------------------------------------
     def describe(self, spec: TableSpec) -> str:
         """``10,131,227 x 16 fp32 + optimizer state = 1.21 GiB``."""
@@ -152,6 +191,7 @@ class EmbeddingCostModel:
         """
         k = plan.world_size
         rank, rows, cols, pool, share, dim, dp = [], [], [], [], [], [], []  # one entry per shard
+        device_rows, host = [], []  # rows held on the device (a cached table's slots); host traffic per shard
         for tp, spec in zip(plan.tables, specs):
             rank += [s.rank for s in tp.shards]
             rows += [s.num_rows for s in tp.shards]
@@ -160,7 +200,11 @@ class EmbeddingCostModel:
             dim += [spec.dim] * len(tp.shards)
             dp += [tp.sharding is ShardingType.DATA_PARALLEL] * len(tp.shards)
             share.append(self.shard_shares(tp, spec))
+            cached = tp.sharding is ShardingType.CACHED
+            device_rows += [tp.cache_rows if cached else s.num_rows for s in tp.shards]
+            host += [float(self.cached_host_traffic(spec, tp.cache_rows)) if cached else 0.0 for _ in tp.shards]
         rank, rows, cols, dim = (np.array(x, np.int64) for x in (rank, rows, cols, dim))
+        device_rows, host = np.array(device_rows, np.int64), np.array(host, np.float64)
         pool, dp = np.array(pool, np.float64), np.array(dp, bool)
         share = np.concatenate(share) if share else np.zeros(0)
         # Data-parallel replicas: shard on rank r costs r its replica traffic.
@@ -171,7 +215,7 @@ class EmbeddingCostModel:
         mp = ~dp
         server = self.server_traffic(k, pool[mp], share[mp], cols[mp])
         client = self.client_traffic(k, pool[mp], share[mp], cols[mp])
-        extra = server - client
+        extra = server - client + Traffic(host=host[mp])
 
         def per_rank(rep_x, client_x, extra_x) -> np.ndarray:  # (K,); fields may be scalars (0.0)
             n_dp, n_mp = int(dp.sum()), int(mp.sum())
@@ -180,12 +224,15 @@ class EmbeddingCostModel:
                     + np.bincount(rank[mp], np.broadcast_to(extra_x, n_mp), k))
 
         fields = {f: per_rank(getattr(rep, f), getattr(client, f), getattr(extra, f))
-                  for f in ("lookup", "a2a_in", "a2a_out", "allreduce")}
-        memory = np.bincount(rank, self.shard_memory(rows, cols).astype(np.float64), k)  # (K,)
+                  for f in ("lookup", "a2a_in", "a2a_out", "allreduce", "host")}
+        memory = np.bincount(rank, self.shard_memory(device_rows, cols).astype(np.float64), k)  # (K,)
+        host_rows = np.where(device_rows != rows, rows, 0)  # a cached table: every row in host memory
+        in_host = np.bincount(rank, self.shard_memory(host_rows, cols).astype(np.float64), k)  # (K,)
         out = []
         for j in range(k):
             t = Traffic(**{f: float(v[j]) for f, v in fields.items()})
-            out.append(RankCost(j, float(topology.seconds(t)), Storage(device=float(memory[j])), t))
+            out.append(RankCost(j, float(topology.seconds(t)), Storage(device=float(memory[j]),
+                                                                       host=float(in_host[j])), t))
         return tuple(out)
 
     @staticmethod

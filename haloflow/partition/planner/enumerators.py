@@ -7,6 +7,11 @@ Options per table (K ranks), each split evenly unless said otherwise::
     ROW_WISE        S in {2, 4, 8, ...} and K (S <= K, S <= rows) row blocks; with an id-frequency histogram
                     also S blocks of equal lookup share (hot rows get short blocks)
     COLUMN_WISE     S in {2, 4, ...} and K column blocks of at least ``min_shard_cols`` columns
+    CACHED          (opt-in) the whole table on one rank in host memory, with S hot rows on the device: one
+                    option per size of the table's miss-ratio curve (``TableSpec.cache_curve``), or per
+                    ``cache_fractions`` of its rows without one; each costs the table-wise traffic plus its
+                    misses' host <-> device bytes, and holds only the S slots in device memory, so the search
+                    picks, per table, the largest cache the budget leaves room for
 
 The cost of one (table, sharding, S) family is computed for all tables at once: arrays (T, S) of lookup share
 and columns go through the cost model's vectorised formulas, so 1,000 tables cost a handful of numpy calls.
@@ -28,6 +33,7 @@ from haloflow.partition.planner.types import (
     ShardingType,
     TableSpec,
     Topology,
+    Traffic,
 )
 
 __all__ = ["ShardingOptionEnumerator"]
@@ -39,11 +45,15 @@ class ShardingOptionEnumerator(Enumerator):
     cost_model: prices each shard (default: ``EmbeddingCostModel()``).
     sharding_types: the kinds the plan may use (all four by default).
     min_shard_cols: narrowest column-wise shard (4: narrower pooled vectors waste the all-to-all's bandwidth).
+    cache_fractions: cache sizes, as fractions of a table's rows, offered for a ``CACHED`` table that has no
+        miss-ratio curve.
     """
 
     cost_model: EmbeddingCostModel = EmbeddingCostModel()
     sharding_types: tuple[ShardingType, ...] = DEFAULT_SHARDING_TYPES
     min_shard_cols: int = 4
+    # the sizes `haloflow bench cache` measures hit rates at, and a few larger ones
+    cache_fractions: tuple[float, ...] = (0.001, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "sharding_types", tuple(ShardingType(s) for s in self.sharding_types))
@@ -51,6 +61,10 @@ class ShardingOptionEnumerator(Enumerator):
             raise ConfigError("sharding_types must name at least one of " + ", ".join(s.value for s in ShardingType))
         if self.min_shard_cols < 1:
             raise ConfigError(f"min_shard_cols must be >= 1, got {self.min_shard_cols}")
+        object.__setattr__(self, "cache_fractions", tuple(float(f) for f in self.cache_fractions))
+        if not self.cache_fractions or any(not 0 < f < 1 for f in self.cache_fractions):
+            raise ConfigError(f"cache_fractions must be fractions in (0, 1), got {self.cache_fractions}",
+                              field="cache_fractions")
 
     def enumerate(self, tables: tuple[TableSpec, ...], topology: Topology) -> OptionSet:
         tables = tuple(tables)
@@ -83,6 +97,8 @@ class ShardingOptionEnumerator(Enumerator):
             if ShardingType.COLUMN_WISE in kinds:
                 self._split(per_table, ShardingType.COLUMN_WISE, k, _whole(rows, s), _even(dims, s), tables, pool,
                             topology, dims >= s * self.min_shard_cols)
+        if ShardingType.CACHED in kinds:
+            self._cached(per_table, tables, k, topology)
         for t, opts in enumerate(per_table):
             if not opts:
                 raise ConfigError(f"table {tables[t].name}: no sharding among {[s.value for s in kinds]} applies "
@@ -108,6 +124,29 @@ class ShardingOptionEnumerator(Enumerator):
                 rows=full_rows[t], col_offsets=zeros, cols=full_cols[t], base_cost=float(base[t]),
                 shard_cost=no_cost, shard_memory=full_mem[t], total_cost=float(k * base[t]),
                 peak_cost=float(base[t]), max_memory=float(mem[t])))
+
+    def _cached(self, per_table, tables, k, topology) -> None:
+        """One ``CACHED`` option per cache size of each table (sizes below its rows; see the module docstring)."""
+        cm = self.cost_model
+        for t, spec in enumerate(tables):
+            if spec.cache_curve is not None:
+                sizes = np.array([sl for sl, _ in spec.cache_curve if sl < spec.num_rows], np.int64)
+            else:
+                sizes = np.unique(np.ceil(np.array(self.cache_fractions) * spec.num_rows).astype(np.int64))
+                sizes = sizes[(sizes >= 1) & (sizes < spec.num_rows)]
+            if sizes.size == 0:
+                continue
+            p, d = spec.pooling_factor, spec.dim
+            server = float(topology.seconds(cm.server_traffic(k, p, 1.0, d)))
+            client = float(topology.seconds(cm.client_traffic(k, p, 1.0, d)))
+            host = topology.seconds(Traffic(host=cm.cached_host_traffic(spec, sizes)))  # (n_sizes,)
+            zero, whole = np.zeros(1, np.int64), np.array([spec.num_rows], np.int64)
+            for size, h in zip(sizes.tolist(), np.atleast_1d(host).tolist()):
+                per_table[t].append(ShardingOption(
+                    table_index=t, sharding=ShardingType.CACHED, world_size=k, row_offsets=zero, rows=whole,
+                    col_offsets=zero, cols=np.array([d], np.int64), base_cost=client,
+                    shard_cost=np.array([server - client + h]), shard_memory=np.array([cm.shard_memory(size, d)]),
+                    cache_rows=int(size)))
 
     def _split(self, per_table, kind, k, row_ranges, col_ranges, tables, pool, topology, ok) -> None:
         """Options of one kind and shard count for the tables where ``ok``.

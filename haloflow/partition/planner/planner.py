@@ -4,7 +4,8 @@
 
     topology --reserve--> budgets --enumerate--> costed options per table
         loop: propose (option per table) --partition--> placement --rate--> feedback to the proposer
-    best placement --> ShardingPlan (shards on ranks, per-rank cost and memory recomputed by the cost model)
+    best placement --grow caches--> ShardingPlan (shards on ranks, per-rank cost and memory recomputed by the
+                                    cost model); cached tables take the largest cache their rank still holds
 
 Each stage is an argument with a default; see ``types.py`` for the interfaces.
 """
@@ -37,7 +38,7 @@ from haloflow.partition.planner.types import (
 )
 from haloflow.partition.planner.validate import validate_plan
 
-__all__ = ["EmbeddingShardingPlanner", "plan_tables", "lower_bound", "table_wise_plan"]
+__all__ = ["EmbeddingShardingPlanner", "plan_tables", "lower_bound", "table_wise_plan", "grow_caches"]
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +88,7 @@ class EmbeddingShardingPlanner:
             self.proposer.feedback(placement)
         if best is None:
             raise failure or PlanError("the proposer proposed nothing")
+        best = grow_caches(options, best)
         log.info("planned %d tables on %d ranks: slowest rank %.3g s", len(tables), usable.world_size,
                  best.max_load)
         return self.to_plan(options, best)
@@ -98,11 +100,38 @@ class EmbeddingShardingPlanner:
             o = options.options[t][placement.choice[t]]
             shards = tuple(Shard(int(r), int(ro), int(nr), int(co), int(nc))
                            for r, ro, nr, co, nc in zip(ranks, o.row_offsets, o.rows, o.col_offsets, o.cols))
-            plans.append(TablePlan(spec.name, t, o.sharding, shards))
+            plans.append(TablePlan(spec.name, t, o.sharding, shards, o.cache_rows))
         plan = ShardingPlan(options.topology.world_size, tuple(plans))
         validate_plan(plan, options.tables)
         per_rank = options.cost_model.rank_costs(plan, options.tables, self.topology)
         return ShardingPlan(plan.world_size, plan.tables, per_rank)
+
+
+def grow_caches(options: OptionSet, placement: Placement) -> Placement:
+    """Give every cached table the largest cache (or, room permitting, the whole table on the device) that its
+    rank's memory still holds, largest table first.
+
+    A cached table's other single-shard options on the same rank (a larger cache, or table-wise) cost that rank
+    less and no other rank anything, so each step only lowers a load; the search itself may stop at a smaller
+    cache than the budget allows, since it moves whole proposals.
+    """
+    budget = np.array(options.topology.memory_per_rank)  # (K,)
+    choice, ranks = placement.choice.copy(), list(placement.ranks)
+    load, memory = placement.load.copy(), placement.memory.copy()
+    cached = [t for t in range(choice.size) if options.options[t][choice[t]].sharding is ShardingType.CACHED]
+    for t in sorted(cached, key=lambda t: -options.tables[t].num_rows):
+        opts, cur = options.options[t], options.options[t][choice[t]]
+        r = int(ranks[t][0])
+        room = budget[r] - memory[r] + cur.max_memory
+        better = [i for i, o in enumerate(opts)
+                  if o.sharding in (ShardingType.CACHED, ShardingType.TABLE_WISE) and o.max_memory <= room
+                  and o.base_cost == cur.base_cost and o.shard_cost[0] < cur.shard_cost[0]]
+        if better:
+            i = min(better, key=lambda i: (opts[i].shard_cost[0], opts[i].max_memory))
+            load[r] += opts[i].shard_cost[0] - cur.shard_cost[0]
+            memory[r] += opts[i].max_memory - cur.max_memory
+            choice[t] = i
+    return Placement(choice=choice, ranks=tuple(ranks), load=load, memory=memory)
 
 
 def plan_tables(tables, topology: Topology, **stages) -> ShardingPlan:

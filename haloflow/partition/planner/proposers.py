@@ -4,7 +4,9 @@
 
     start     each table's cheapest option by total cost that fits in memory (Poseidon's per-layer choice of
               the cheaper scheme: replicate and all-reduce, or shard and all-to-all); replicas, which cost
-              memory on every rank, by savings per byte while the memory estimate allows
+              memory on every rank, by savings per byte while the memory estimate allows; if the estimate is
+              over the budget and tables may be cached, tables move to (smaller) caches, fewest seconds added
+              per byte freed first, until it fits
     feasible? if the partitioner says table t fits nowhere: give t smaller shards, else cut the table with the
               largest shards finer or drop the largest replica, whichever frees more
     improve   slowest rank r of the best placement so far: for its costliest model-parallel tables, propose the
@@ -18,12 +20,13 @@ ranks counts as progress.
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from haloflow.errors import ConfigError, PlanError
-from haloflow.partition.planner.types import OptionSet, Placement, Proposer
+from haloflow.partition.planner.types import OptionSet, Placement, Proposer, ShardingType
 
 __all__ = ["GreedyProposer"]
 
@@ -101,7 +104,7 @@ class GreedyProposer(Proposer):
             if used + extra <= cap:
                 choice[t] = dp
                 used += extra
-        return np.array(choice, np.int64)
+        return _fit_caches(options, np.array(choice, np.int64), used, cap)
 
     def propose(self) -> np.ndarray | None:
         if not self._queue or self._used >= self.max_proposals:
@@ -173,6 +176,38 @@ class GreedyProposer(Proposer):
             lighter = [i for i, o in enumerate(opts[t]) if o.peak_cost < peak]  # cheapest total first
             out += [_with(p.choice, t, i) for i in lighter[: self.options_per_table]]
         return out
+
+
+def _fit_caches(options: OptionSet, choice: np.ndarray, used: float, cap: float) -> np.ndarray:
+    """While the estimated per-rank memory ``used`` exceeds ``cap``, move the table whose move to a (smaller)
+    cached option adds the fewest seconds per byte freed; nothing changes for tables without cached options.
+
+    One heap entry per table, its best move from its current option; only the moved table's entry is redone,
+    so a step costs O(options of one table + log T).
+    """
+    k = options.topology.world_size
+    opts = options.options
+
+    def share(o) -> float:  # per-rank bytes: a replica on every rank, shards spread evenly
+        return o.max_memory if o.fixed_ranks else float(o.shard_memory.sum()) / k
+
+    def best_move(t: int):
+        cur = opts[t][choice[t]]
+        moves = [((o.total_cost - cur.total_cost) / (share(cur) - share(o)), i, share(cur) - share(o))
+                 for i, o in enumerate(opts[t]) if o.sharding is ShardingType.CACHED and share(o) < share(cur)]
+        return min(moves) if moves else None
+
+    heap = []
+    for t in range(len(opts)):
+        if used > cap and (m := best_move(t)) is not None:
+            heapq.heappush(heap, (m[0], t, m[1], m[2]))
+    while used > cap and heap:
+        _, t, i, freed = heapq.heappop(heap)
+        choice[t] = i
+        used -= freed
+        if (m := best_move(t)) is not None:
+            heapq.heappush(heap, (m[0], t, m[1], m[2]))
+    return choice
 
 
 def _with(choice: np.ndarray, t: int, i: int) -> np.ndarray:

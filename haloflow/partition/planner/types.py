@@ -103,6 +103,10 @@ class TableSpec:
         id_frequencies: optional lookup histogram, float (H,), 1 <= H <= num_rows, non-negative, not all zero:
             bin h counts lookups of rows ``floor(h*R/H) .. floor((h+1)*R/H)-1``; H == num_rows is per-row counts.
             Row-wise shards then carry the lookup share of their rows instead of a uniform share.
+        cache_curve: optional miss-ratio curve of the table, ``((slots, hit_rate), ...)`` with slots ascending in
+            1..num_rows and hit rates in [0, 1] (``haloflow.cache.mrc.miss_ratio_curve`` on a trace of the table's
+            ids; ``cache_sizing.with_cache_curves`` fills it): the sizes a ``CACHED`` option may take and their
+            hit rates. Without one, the planner estimates hit rates from ``id_frequencies`` (or uniform ids).
 
     ``eq=False``: a table holds an array, so equality is identity (compare ``name`` when that is meant).
     """
@@ -112,6 +116,7 @@ class TableSpec:
     dim: int
     pooling_factor: float = 1.0
     id_frequencies: np.ndarray | None = None
+    cache_curve: tuple[tuple[int, float], ...] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -134,6 +139,8 @@ class TableSpec:
             if not np.all(np.isfinite(h)) or np.any(h < 0) or h.sum() <= 0:
                 raise ConfigError(f"table {self.name}: id_frequencies must be finite, >= 0 and not all zero")
             object.__setattr__(self, "id_frequencies", h)
+        if self.cache_curve is not None:
+            object.__setattr__(self, "cache_curve", _check_curve(self.name, self.num_rows, self.cache_curve))
 
     def lookup_share(self, row_bounds: np.ndarray) -> np.ndarray:
         """Fraction of this table's lookups that fall in each row range ``[bounds[i], bounds[i+1])``.
@@ -148,6 +155,22 @@ class TableSpec:
         edges = np.floor(np.arange(h.size + 1) * self.num_rows / h.size)  # (H+1,) bin row edges
         cum = np.concatenate([[0.0], np.cumsum(h)]) / h.sum()  # (H+1,) lookup share below each edge
         return np.diff(np.interp(b, edges, cum))
+
+
+def _check_curve(name: str, num_rows: int, curve) -> tuple[tuple[int, float], ...]:
+    try:
+        points = tuple((int(sl), float(h)) for sl, h in curve)
+    except (TypeError, ValueError):
+        raise ConfigError(f"table {name}: cache_curve must be pairs (slots, hit_rate), got {curve!r}",
+                          field="cache_curve") from None
+    slots = [sl for sl, _ in points]
+    if not points or slots != sorted(set(slots)) or slots[0] < 1 or slots[-1] > num_rows:
+        raise ConfigError(f"table {name}: cache_curve slots must ascend, without repeats, within 1..{num_rows}; "
+                          f"got {slots}", field="cache_curve")
+    if any(not 0.0 <= h <= 1.0 for _, h in points):
+        raise ConfigError(f"table {name}: cache_curve hit rates must be in [0, 1], got {[h for _, h in points]}",
+                          field="cache_curve")
+    return points
 
 
 @dataclass(frozen=True)
@@ -230,7 +253,9 @@ class Traffic:
 
     lookup: bytes read from and written to its tables (gather forward, scatter-add of gradients backward);
     a2a_in / a2a_out: bytes received / sent in the all-to-alls (ids, pooled vectors, their gradients);
-    allreduce: bytes each rank sends in the ring all-reduce of data-parallel tables' gradients.
+    allreduce: bytes each rank sends in the ring all-reduce of data-parallel tables' gradients;
+    host: bytes a cached table moves between host memory and its device cache (misses loaded, victims written
+    back, with their optimizer state).
     Fields may be floats or equal-shaped arrays (the enumerator evaluates many shards at once).
     """
 
@@ -238,17 +263,18 @@ class Traffic:
     a2a_in: float = 0.0
     a2a_out: float = 0.0
     allreduce: float = 0.0
+    host: float = 0.0
 
     def __add__(self, other: Traffic) -> Traffic:
         return Traffic(self.lookup + other.lookup, self.a2a_in + other.a2a_in, self.a2a_out + other.a2a_out,
-                       self.allreduce + other.allreduce)
+                       self.allreduce + other.allreduce, self.host + other.host)
 
     def __sub__(self, other: Traffic) -> Traffic:
         return Traffic(self.lookup - other.lookup, self.a2a_in - other.a2a_in, self.a2a_out - other.a2a_out,
-                       self.allreduce - other.allreduce)
+                       self.allreduce - other.allreduce, self.host - other.host)
 
     def __mul__(self, k) -> Traffic:
-        return Traffic(self.lookup * k, self.a2a_in * k, self.a2a_out * k, self.allreduce * k)
+        return Traffic(self.lookup * k, self.a2a_in * k, self.a2a_out * k, self.allreduce * k, self.host * k)
 
     __rmul__ = __mul__
 
@@ -314,6 +340,8 @@ class Topology:
             A100's HBM at a realistic ~60% of its 2 TB/s peak, since gathers are irregular).
         a2a_bandwidth: bytes/s a rank sends plus receives in an all-to-all (default: 25 GB/s, one 200 Gb/s NIC).
         allreduce_bandwidth: bus bandwidth of the ring all-reduce in bytes/s (default: same NIC).
+        host_bandwidth: bytes/s between host memory and the device, both ways together, for cached tables'
+            misses and write-backs (default: PCIe 4.0 x16 at a realistic ~25 GB/s).
     """
 
     world_size: int
@@ -321,6 +349,7 @@ class Topology:
     lookup_bandwidth: float = 1.2e12
     a2a_bandwidth: float = 25e9
     allreduce_bandwidth: float = 25e9
+    host_bandwidth: float = 25e9
 
     def __post_init__(self) -> None:
         k = self.world_size
@@ -338,7 +367,7 @@ class Topology:
         if any(not (m >= 0 and math.isfinite(m)) for m in mem):
             raise ConfigError(f"memory_per_rank must be a finite number of bytes >= 0, got {mem[:4]}")
         object.__setattr__(self, "memory_per_rank", tuple(float(m) for m in mem))
-        for key in ("lookup_bandwidth", "a2a_bandwidth", "allreduce_bandwidth"):
+        for key in ("lookup_bandwidth", "a2a_bandwidth", "allreduce_bandwidth", "host_bandwidth"):
             v = getattr(self, key)
             if not (isinstance(v, (int, float)) and v > 0 and math.isfinite(v)):
                 raise ConfigError(f"{key} must be a finite number of bytes/s > 0, got {v!r}")
@@ -346,7 +375,7 @@ class Topology:
     def seconds(self, t: Traffic):
         """Time for ``t`` (float or array, like ``t``'s fields). Half-duplex links: bytes in and out add up."""
         return (t.lookup / self.lookup_bandwidth + (t.a2a_in + t.a2a_out) / self.a2a_bandwidth
-                + t.allreduce / self.allreduce_bandwidth)
+                + t.allreduce / self.allreduce_bandwidth + t.host / self.host_bandwidth)
 
     @property
     def budgets(self) -> tuple[Storage, ...]:
@@ -363,7 +392,8 @@ class ShardingOption:
 
     Shapes: rows, cols, row_offsets, col_offsets, shard_cost, shard_memory: (S,).
     Data-parallel options have S == K with shard s fixed on rank s; others are placed by the partitioner on
-    distinct ranks.
+    distinct ranks. A ``CACHED`` option has one shard (the whole table) and ``cache_rows`` device slots; its
+    ``shard_memory`` is the slots' device bytes (the table itself is in host memory).
     """
 
     table_index: int
@@ -380,6 +410,7 @@ class ShardingOption:
     total_cost: float | None = None  # sum over all K ranks: K * base + sum of shard costs
     peak_cost: float | None = None  # the most this option alone puts on one rank: base + max shard cost
     max_memory: float | None = None  # largest shard's bytes
+    cache_rows: int | None = None  # device slots of a CACHED option
 
     def __post_init__(self) -> None:
         if self.total_cost is None:

@@ -137,3 +137,35 @@ def test_two_ranks_with_cached_adagrad_tables_through_the_cli_match_one_process(
     assert last["kind"] == "train" and 0 < last["cache_hit_rate"] < 1
     assert last["cache_hit_rate"] == one_last["cache_hit_rate"]
     assert last["cache_bytes_to_device"] == one_last["cache_bytes_to_device"]
+
+
+@pytest.mark.parametrize("optimizer, slots", [("sgd", 0.0), ("adagrad", 1.0)])
+def test_a_planned_cached_table_trains_in_a_cache_of_the_planned_size(tmp_path, optimizer, slots):
+    from haloflow.data.clicks import ClickLogConfig
+    from haloflow.engine.dlrm.shard_stores import ShardStores
+    from haloflow.engine.dlrm.sharding import build_sharded_dlrm
+    from haloflow.cache import make_optimizer
+    from haloflow.models.dlrm import DLRMConfig
+    from haloflow.partition.planner import EmbeddingCostModel, EmbeddingShardingPlanner, ShardingOptionEnumerator
+    from haloflow.partition.planner.types import DEFAULT_SHARDING_TYPES, TableSpec, Topology
+
+    # One rank with 60% of what the tables and their optimizer state need: the planner caches some of them.
+    rows = ClickLogConfig(max_rows=SMALL["synthetic_max_rows"], scale=1e-3).sizes
+    D, cm = SMALL["embedding_dim"], EmbeddingCostModel(batch_size=SMALL["batch_size"], optimizer_slots=slots)
+    specs = [TableSpec(name=f"t{t}", num_rows=n, dim=D) for t, n in enumerate(rows)]
+    budget = 0.6 * float(cm.shard_memory(sum(rows), D))
+    enumerator = ShardingOptionEnumerator(cost_model=cm, sharding_types=DEFAULT_SHARDING_TYPES + (ShardingType.CACHED,))
+    plan = EmbeddingShardingPlanner(Topology(world_size=1, memory_per_rank=budget), enumerator=enumerator).plan(specs)
+    cached = {tp.table_index: tp.cache_rows for tp in plan.tables if tp.sharding is ShardingType.CACHED}
+    assert cached
+    # The stores a rank builds hold what the plan predicts, on the device and in host memory.
+    config = DLRMConfig(table_sizes=rows, num_dense=13, embedding_dim=D, bottom_mlp=(8,), top_mlp=(8,))
+    stores = ShardStores(optimizer=make_optimizer({"name": optimizer, "lr": 0.1}))
+    model = build_sharded_dlrm(config, plan, None, stores=stores)
+    assert model.embeddings.storage() == plan.per_rank[0].memory
+    assert {s.table: bag.store.num_slots for s, bag in zip(model.embeddings.slots, model.embeddings.shard_bags)
+            if hasattr(bag.store, "num_slots")} == cached
+    # and the trainer builds those caches from the plan file
+    result = train_dlrm(DLRMTrainConfig(**SMALL, optimizer=optimizer, plan=save_plan(plan, tmp_path / "plan.json"),
+                                        runtime=RuntimeConfig(progress=False)))
+    assert result.steps == 5 and 0 < result.cache["cache_hit_rate"] < 1

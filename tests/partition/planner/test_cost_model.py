@@ -68,3 +68,34 @@ def test_config_errors():
         EmbeddingCostModel(dp_grad="ring")
     with pytest.raises(ConfigError, match="batch_size must be an integer >= 1, got 0"):
         EmbeddingCostModel(batch_size=0)
+
+
+def test_hand_computed_costs_of_a_cached_table():
+    # K = 2, B = 4, 2 ids per sample, a 10 x 4 table cached on rank 1 with 4 of its rows on the device, Adagrad
+    # (one optimizer float per weight). Uniform ids: u = 10 (1 - 0.9^8) = 5.6953 distinct ids per global batch,
+    # hit rate 4 / 10, so 0.6 u misses, each moving a row and its state in and a victim out: 2 x 32 B.
+    spec = TableSpec(name="c", num_rows=10, dim=4, pooling_factor=2.0)
+    plan = ShardingPlan(2, (TablePlan("c", 0, ShardingType.CACHED, (Shard(1, 0, 10, 0, 4),), cache_rows=4),))
+    topo = Topology(world_size=2, memory_per_rank=1e6, lookup_bandwidth=1.0, a2a_bandwidth=1.0,
+                    allreduce_bandwidth=1.0, host_bandwidth=2.0)
+    cm = EmbeddingCostModel(batch_size=4, optimizer_slots=1.0)
+    c0, c1 = cm.rank_costs(plan, [spec], topo)
+    u = 10 * (1 - 0.9**8)
+    assert c1.traffic.host == pytest.approx(2 * 0.6 * u * 32) and c0.traffic.host == 0
+    tw = cm.rank_costs(ShardingPlan(2, (TablePlan("c", 0, TW, (Shard(1, 0, 10, 0, 4),)),)), [spec], topo)
+    assert c1.cost == pytest.approx(tw[1].cost + c1.traffic.host / 2.0) and c0.cost == pytest.approx(tw[0].cost)
+    # device: the 4 slots with their state; host: the whole table with its state
+    assert (c1.memory.device, c1.memory.host) == (4 * 32, 10 * 32) and (c0.memory.device, c0.memory.host) == (0, 0)
+
+
+def test_hit_rates_from_a_curve_a_histogram_or_uniform_ids():
+    cm = EmbeddingCostModel(batch_size=4)
+    curve = TableSpec(name="c", num_rows=100, dim=4, cache_curve=[(10, 0.5), (30, 0.7)])
+    np.testing.assert_allclose(cm.hit_rate(curve, [5, 10, 20, 30, 90]), [0.25, 0.5, 0.6, 0.7, 0.7])
+    uniform = TableSpec(name="u", num_rows=100, dim=4)
+    np.testing.assert_allclose(cm.hit_rate(uniform, [25, 100]), [0.25, 1.0])
+    # two bins of 50 rows; bin 1 draws 3/4 of the ids. Per row: p = 0.015 (hot) and 0.005 (cold); 4 draws see a
+    # hot row with 1 - 0.985^4, a cold one with 1 - 0.995^4. A cache of the 50 hottest rows serves their share.
+    hist = TableSpec(name="h", num_rows=100, dim=4, id_frequencies=np.array([1.0, 3.0]))
+    hot, cold = 50 * (1 - 0.985**4), 50 * (1 - 0.995**4)
+    np.testing.assert_allclose(cm.hit_rate(hist, [50, 25, 100]), [hot / (hot + cold), hot / 2 / (hot + cold), 1.0])

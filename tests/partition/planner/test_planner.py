@@ -9,7 +9,7 @@ from haloflow.partition.planner.enumerators import ShardingOptionEnumerator
 from haloflow.partition.planner.planner import EmbeddingShardingPlanner, lower_bound, plan_tables
 from haloflow.partition.planner.plan_io import load_plan, save_plan
 from haloflow.partition.planner.validate import validate_plan
-from haloflow.partition.planner.types import Shard, ShardingPlan, ShardingType, TablePlan, TableSpec, Topology
+from haloflow.partition.planner.types import Shard, ShardingPlan, ShardingType, Storage, TablePlan, TableSpec, Topology
 
 DP, TW, RW = ShardingType.DATA_PARALLEL, ShardingType.TABLE_WISE, ShardingType.ROW_WISE
 MiB = 2**20
@@ -111,3 +111,40 @@ def test_reservation_takes_its_share_of_every_budget():
     with pytest.raises(PlanError, match=r"^table big \(1,000,000 x 8 fp32 = 0\.03 GiB\) does not fit: largest free "
                                         r"budget 0\.02 GiB on rank 0; total needed 0\.03 GiB > total budget 0\.02 GiB$"):
         plan_tables(specs, topo, reservation=FixedFractionReservation(fraction=0.5))
+
+
+def _cached_planner(topo, **cm):
+    kinds = (DP, TW, RW, ShardingType.COLUMN_WISE, ShardingType.CACHED)
+    return EmbeddingShardingPlanner(topo, enumerator=ShardingOptionEnumerator(
+        cost_model=EmbeddingCostModel(**cm), sharding_types=kinds))
+
+
+def test_a_table_larger_than_the_budget_gets_the_largest_cache_on_its_curve_that_fits():
+    # 1,000 x 4 fp32 = 16,000 B on one rank with 8,000 B: table-wise does not fit. The curve's sizes need
+    # 1,600 / 6,400 / 7,984 / 9,600 B; the largest that fits (499 rows) is the cheapest (fewest misses).
+    spec = TableSpec(name="t", num_rows=1000, dim=4, cache_curve=[(100, 0.5), (400, 0.8), (499, 0.85), (600, 0.9)])
+    topo = Topology(world_size=1, memory_per_rank=8000)
+    with pytest.raises(PlanError, match="does not fit"):
+        plan_tables([spec], topo)  # not without the cached kind
+    plan = _cached_planner(topo).plan([spec])
+    assert plan.tables[0] == TablePlan("t", 0, ShardingType.CACHED, (Shard(0, 0, 1000, 0, 4),), cache_rows=499)
+    assert plan.per_rank[0].memory == Storage(device=499 * 16, host=1000 * 16)
+    # a table that fits stays whole on the device: caching only adds misses
+    small = TableSpec(name="t", num_rows=400, dim=4, cache_curve=[(100, 0.5)])
+    assert _cached_planner(topo).plan([small]).tables[0].sharding is TW
+
+
+def test_the_kaggle_tables_fit_one_gib_on_one_rank_only_cached():
+    from haloflow.partition.planner.specs import kaggle_tables
+
+    specs = kaggle_tables()  # 2.16 GB at D = 16
+    topo = Topology(world_size=1, memory_per_rank=2**30)
+    with pytest.raises(PlanError, match="does not fit"):
+        plan_tables(specs, topo)
+    plan = _cached_planner(topo).plan(specs)
+    validate_plan(plan, specs)
+    cached = [tp for tp in plan.tables if tp.sharding is ShardingType.CACHED]
+    assert plan.per_rank[0].memory.device <= 2**30
+    assert {"C3", "C12"} <= {tp.table for tp in cached}  # the two largest tables
+    assert plan.per_rank[0].memory.device + plan.per_rank[0].memory.host >= 4 * sum(s.num_rows for s in specs) * 16
+    assert plan.per_rank[0].traffic.host > 0

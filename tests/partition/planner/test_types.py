@@ -110,3 +110,39 @@ def test_storage_and_traffic_arithmetic():
         Topology(world_size=2, memory_per_rank=(1, 2, 3))
     with pytest.raises(ConfigError, match="world_size must be an integer >= 1, got 0"):
         Topology(world_size=0, memory_per_rank=1)
+
+
+def test_a_cached_table_records_its_cache_rows_and_round_trips():
+    plan = _plan((Shard(1, 0, 100, 0, 8),), ShardingType.TABLE_WISE)
+    with pytest.raises(ConfigError, match="a cached table needs cache_rows, an integer >= 1"):
+        TablePlan("b", 1, ShardingType.CACHED, (Shard(1, 0, 100, 0, 8),))
+    with pytest.raises(ConfigError, match="cache_rows 5 is only for sharding 'cached', not 'table_wise'"):
+        TablePlan("b", 1, ShardingType.TABLE_WISE, (Shard(1, 0, 100, 0, 8),), cache_rows=5)
+    cached = TablePlan("b", 1, ShardingType.CACHED, (Shard(1, 0, 100, 0, 8),), cache_rows=7)
+    plan = ShardingPlan(2, (plan.tables[0], cached))
+    validate_plan(plan, SPECS)
+    text = plan_to_json(plan)
+    assert '"cache_rows": 7' in text and text.count("cache_rows") == 1  # only the cached table carries it
+    assert plan_from_json(text) == plan
+    too_many = ShardingPlan(2, (plan.tables[0], TablePlan("b", 1, ShardingType.CACHED, cached.shards, cache_rows=101)))
+    with pytest.raises(PlanError, match=r"table b \(cached\): cache_rows 101 outside 1\.\.100"):
+        validate_plan(too_many, SPECS)
+    with pytest.raises(PlanError, match="exactly one full 100 x 8 shard"):
+        validate_plan(ShardingPlan(2, (plan.tables[0], TablePlan("b", 1, ShardingType.CACHED, (
+            Shard(0, 0, 50, 0, 8), Shard(1, 50, 50, 0, 8)), cache_rows=5))), SPECS)
+    with pytest.raises(PlanError, match=r"tables\[1\]: field 'cache_rows' is '7', expected int"):
+        plan_from_json(text.replace('"cache_rows": 7', '"cache_rows": "7"'))
+    with pytest.raises(PlanError, match=r"tables\[1\]: field 'sharding' is 'cachd', expected one of"):
+        plan_from_json(text.replace('"cached"', '"cachd"'))
+
+
+def test_table_spec_checks_its_cache_curve():
+    spec = TableSpec(name="t", num_rows=100, dim=4, cache_curve=[(1, 0.1), (50, 0.9)])
+    assert spec.cache_curve == ((1, 0.1), (50, 0.9))
+    with pytest.raises(ConfigError, match=r"slots must ascend, without repeats, within 1\.\.100; got \[50, 1\]"):
+        TableSpec(name="t", num_rows=100, dim=4, cache_curve=[(50, 0.9), (1, 0.1)])
+    with pytest.raises(ConfigError, match=r"hit rates must be in \[0, 1\]"):
+        TableSpec(name="t", num_rows=100, dim=4, cache_curve=[(1, 1.5)])
+    assert Traffic(host=2.0) * 3 == Traffic(host=6.0)
+    topo = Topology(world_size=1, memory_per_rank=8, host_bandwidth=4.0)
+    assert topo.seconds(Traffic(host=8)) == pytest.approx(2.0)
