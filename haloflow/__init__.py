@@ -10,6 +10,7 @@ on first use, so ``import haloflow`` stays cheap::
 
 from haloflow._lazy import lazy_getattr
 from haloflow.errors import (
+    CheckpointError,
     ConfigError,
     DistributedError,
     HaloflowError,
@@ -22,6 +23,7 @@ from haloflow.errors import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "CheckpointError",
     "ConfigError",
     "DistributedError",
     "HaloflowError",
@@ -44,6 +46,7 @@ _LAZY = {
     "GCNTrainConfig": "haloflow.engine.gcn.train",
     "train_dlrm": "haloflow.engine.dlrm.train",
     "DLRMTrainConfig": "haloflow.engine.dlrm.train",
+    "CheckpointConfig": "haloflow.engine.checkpoint",
     "RuntimeConfig": "haloflow.engine.runtime",
 }
 __all__ += list(_LAZY)

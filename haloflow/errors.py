@@ -15,6 +15,7 @@ __all__ = [
     "PartitionFormatError",
     "PlanError",
     "DistributedError",
+    "CheckpointError",
 ]
 
 
@@ -57,3 +58,7 @@ class PlanError(HaloflowError, ValueError):
 
 class DistributedError(HaloflowError, RuntimeError):
     """A peer process died, timed out or disagrees about the layout."""
+
+
+class CheckpointError(HaloflowError, ValueError):
+    """A checkpoint is missing, damaged, or of another model, data set or optimizer than the run resuming it."""

@@ -12,6 +12,7 @@ import argparse
 import importlib
 import logging
 import os
+import signal
 import sys
 from pathlib import Path
 from collections.abc import Callable
@@ -69,25 +70,40 @@ def name_flags(err: ConfigError, flags: dict[str, str]) -> ConfigError:
 ERROR_DIR_ENV = "HALOFLOW_ERROR_DIR"  # set by `--nproc`'s launcher: ranks leave their one-line error there
 
 
-def _tell_the_launcher(message: str) -> None:
-    """Under haloflow's own launcher, leave this rank's error where the launcher reads it after torchrun ends."""
+def _tell_the_launcher(what: str, text: str = "") -> None:
+    """Under haloflow's own launcher, leave a note where it reads them after torchrun ends: ``started``,
+    ``error`` (the one-line message), ``done`` or ``stopped`` (by torchrun's SIGTERM), per attempt and rank. A
+    rank that started and left neither ``done`` nor ``stopped`` died without a word (SIGKILL, a crash)."""
     folder, rank = os.environ.get(ERROR_DIR_ENV), os.environ.get("RANK")
     if folder and rank is not None:
+        attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
         try:
-            Path(folder, f"rank{int(rank)}.txt").write_text(message)
+            Path(folder, f"{what}-a{int(attempt)}-rank{int(rank)}.txt").write_text(text or str(os.getpid()))
         except (OSError, ValueError):
             pass  # the rank's own line on stderr still says it
 
 
+def _on_sigterm(signum, frame) -> None:
+    """torchrun stops the other ranks with SIGTERM when one fails: note it, then die of it as before."""
+    _tell_the_launcher("stopped")
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
 def run_command(prog: str, func: Callable[[argparse.Namespace], int | None], args: argparse.Namespace) -> int:
     """Call ``func(args)``; a user's mistake becomes ``prog: error: ...`` on stderr and exit status 2."""
+    if os.environ.get(ERROR_DIR_ENV) and os.environ.get("RANK") is not None:
+        _tell_the_launcher("started")
+        signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         result = func(args)
     except _USER_ERRORS as err:
         print(f"{prog}: error: {err}", file=sys.stderr)
-        _tell_the_launcher(str(err))
+        _tell_the_launcher("error", str(err))
         return 2
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130
+    finally:
+        _tell_the_launcher("done")
     return int(result or 0)

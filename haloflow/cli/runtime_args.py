@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from haloflow.engine.checkpoint import CheckpointConfig
 from haloflow.engine.launch import launch_torchrun
 from haloflow.engine.runtime import DEVICES, RuntimeConfig, expect_parts as _expect_parts
 from haloflow.errors import ConfigError, HaloflowError
@@ -26,7 +28,10 @@ __all__ = ["add_runtime_arguments", "runtime_config", "relaunch_if_asked", "laun
 
 # config field -> the flag that sets it (for error messages that name what the user typed)
 RUNTIME_FLAGS = {"device": "--device", "timeout_s": "--timeout", "log_jsonl": "--log-jsonl",
-                 "log_every": "--log-every", "nproc": "--nproc"}
+                 "log_every": "--log-every", "nproc": "--nproc", "checkpoint_dir": "--checkpoint-dir",
+                 "checkpoint_every": "--checkpoint-every", "checkpoint_keep": "--checkpoint-keep",
+                 "resume": "--resume", "fail_at": "--fail-at", "fail_rank": "--fail-rank",
+                 "max_restarts": "--max-restarts"}
 
 
 def add_runtime_arguments(p: argparse.ArgumentParser, defaults: RuntimeConfig) -> None:
@@ -42,12 +47,34 @@ def add_runtime_arguments(p: argparse.ArgumentParser, defaults: RuntimeConfig) -
     g.add_argument("--log-every", type=int, default=0, metavar="N",
                    help="without a progress bar, print a line every N epochs or steps (default: ~10 lines)")
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
+    c = p.add_argument_group("checkpoints and recovery")
+    c.add_argument("--checkpoint-dir", metavar="DIR", help="save checkpoints here (model, optimizer, RNG, position; "
+                   "in global terms, so any number of ranks can resume them)")
+    c.add_argument("--checkpoint-every", type=int, default=0, metavar="N",
+                   help="save every N epochs (GCN) or steps (DLRM), and at the end (default: at the end only)")
+    c.add_argument("--checkpoint-keep", type=int, default=2, metavar="M", help="keep the newest M (default 2)")
+    c.add_argument("--resume", metavar="DIR", help="continue from the newest checkpoint in DIR (or from the "
+                   "checkpoint folder DIR), at any number of ranks")
+    c.add_argument("--max-restarts", type=int, default=0, metavar="N",
+                   help="with --nproc: when a rank dies, restart every rank from the last checkpoint, up to N times")
+    c.add_argument("--fail-at", type=int, metavar="STEP", help="testing aid: rank --fail-rank kills itself "
+                   "(SIGKILL) on reaching epoch or step STEP (from 1), in the first attempt only")
+    c.add_argument("--fail-rank", type=int, default=0, metavar="R", help="the rank --fail-at kills (default 0)")
 
 
 def runtime_config(args: argparse.Namespace, defaults: RuntimeConfig) -> RuntimeConfig:
     try:
+        if args.max_restarts and args.nproc is None and "WORLD_SIZE" not in os.environ:
+            raise ConfigError("--max-restarts restarts the ranks --nproc starts; give --nproc K (under your own "
+                              "torchrun, pass --max-restarts to torchrun)", field="max_restarts")
+        if args.max_restarts and args.checkpoint_dir is None:
+            raise ConfigError("--max-restarts needs --checkpoint-dir: a restart continues from the last "
+                              "checkpoint", field="max_restarts")
+        checkpoint = CheckpointConfig(dir=args.checkpoint_dir, every=args.checkpoint_every,
+                                      keep=args.checkpoint_keep, resume=args.resume, fail_at=args.fail_at,
+                                      fail_rank=args.fail_rank)
         return RuntimeConfig(device=args.device, timeout_s=args.timeout_s, log_jsonl=args.log_jsonl,
-                             progress=not args.no_progress, log_every=args.log_every)
+                             progress=not args.no_progress, log_every=args.log_every, checkpoint=checkpoint)
     except ConfigError as err:
         flag = RUNTIME_FLAGS.get(err.field or "")
         raise ConfigError(f"{flag}: {err}" if flag else str(err), field=err.field) from None
@@ -67,13 +94,39 @@ def relaunch_if_asked(args: argparse.Namespace) -> int | None:
         return None  # a rank started by our own relaunch (or a matching torchrun): train here
     from haloflow.cli import ERROR_DIR_ENV
 
-    with tempfile.TemporaryDirectory(prefix="haloflow-ranks-") as errors:
+    with tempfile.TemporaryDirectory(prefix="haloflow-ranks-") as notes:
         status = launch_torchrun(args.nproc, ["-m", "haloflow", *_without_nproc(args.argv)],
-                                 env={ERROR_DIR_ENV: errors}).returncode
-        failed = sorted(Path(errors).glob("rank*.txt"), key=lambda p: int(p.stem[4:]))
-        if status != 0 and failed:  # a user's mistake found by a rank: its one line, and exit 2
-            first = failed[0]
-            raise RankError(f"rank {first.stem[4:]} of {args.nproc}: {first.read_text()}")
+                                 env={ERROR_DIR_ENV: notes}, max_restarts=args.max_restarts).returncode
+        if status != 0:
+            return _report_failure(Path(notes), args.nproc, args.max_restarts, status)
+    return status
+
+
+def _report_failure(notes: Path, nproc: int, max_restarts: int, status: int) -> int:
+    """After torchrun failed: name the rank that died without a word (exit 1), or repeat the first rank's one-line
+    error (a user's mistake: exit 2). The ranks' notes come from ``haloflow.cli._tell_the_launcher``."""
+    def ranks(what: str, attempt: int) -> dict[int, Path]:
+        return {int(p.stem.rsplit("rank", 1)[1]): p for p in notes.glob(f"{what}-a{attempt}-rank*.txt")}
+
+    attempts = [int(p.stem.split("-a", 1)[1].split("-", 1)[0]) for p in notes.glob("started-a*-rank*.txt")]
+    if not attempts:
+        return status
+    last = max(attempts)
+    started, done, stopped, errors = (ranks(w, last) for w in ("started", "done", "stopped", "error"))
+    dead = sorted(set(started) - set(done) - set(stopped))
+    restarts = f" after {last} restart{'s' if last != 1 else ''}" if max_restarts else ""
+    if dead:
+        who = ", ".join(f"rank {r} (pid {started[r].read_text().strip()})" for r in dead)
+        seen = ""
+        if errors:
+            r = min(errors)
+            seen = f"; rank {r} saw: {errors[r].read_text()}"
+        print(f"haloflow: error: {who} of {nproc} died without a message (killed by a signal, e.g. kill -9 or the "
+              f"out-of-memory killer){restarts}; the other ranks were stopped{seen}", file=sys.stderr)
+        return 1
+    if errors:  # a user's mistake found by a rank: its one line, and exit 2
+        r = min(errors)
+        raise RankError(f"rank {r} of {nproc}: {errors[r].read_text()}")
     return status
 
 

@@ -13,7 +13,10 @@ host-side measure on CPU only; the benchmarks time overlap with a control schedu
 
 from __future__ import annotations
 
+import os
+import socket
 import time
+import zlib
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -106,6 +109,56 @@ class CommStats:
         return sum(self.blocked.values())
 
 
+# ------------------------------------------------------------------------------------------------ who is gone
+_PEERS: list[tuple[int, int]] = []  # (host key, pid) of every rank of the run, in rank order
+
+
+def _host_key() -> int:
+    return zlib.crc32(socket.gethostname().encode())
+
+
+def register_peers(group: Group | None) -> None:
+    """Learn every rank's host and pid (one small gather at start-up), so that a failed collective can say which
+    peer process has gone (``peer_note``)."""
+    global _PEERS
+    if group is None:
+        _PEERS = []
+        return
+    rows = all_gather_rows([_host_key(), os.getpid()], group, "exchanging process ids")
+    _PEERS = [(int(h), int(p)) for h, p in rows.tolist()]
+
+
+def _exited(pid: int) -> bool:
+    """True when ``pid`` is gone or a zombie (killed, not yet reaped by torchrun)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(") ", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+    except (OSError, IndexError):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        except OSError:
+            pass
+        return False
+
+
+def peer_note() -> str:
+    """Which peer has gone, as far as this host can see: "rank 1 (pid 4242) has exited", or why it cannot say."""
+    if not _PEERS:
+        return "a peer process died or did not answer within the process group timeout"
+    me = _host_key()
+    local = [(r, pid) for r, (host, pid) in enumerate(_PEERS) if host == me and pid != os.getpid()]
+    gone = [f"rank {r} (pid {pid})" for r, pid in local if _exited(pid)]
+    if gone:
+        return f"{', '.join(gone)} ha{'s' if len(gone) == 1 else 've'} exited"
+    remote = len(_PEERS) - 1 - len(local)
+    where = f"; {remote} rank{'s' if remote != 1 else ''} on other hosts not checked" if remote else ""
+    return f"no peer process on this host has exited, so one stopped answering within the timeout{where}"
+
+
 def wait_work(work, what: str, stats: CommStats | None = None, kind: str | None = None) -> None:
     """Wait for an async collective, turning a dead or silent peer into a ``DistributedError``.
 
@@ -119,10 +172,7 @@ def wait_work(work, what: str, stats: CommStats | None = None, kind: str | None 
         work.wait()  # CPU/gloo: blocks this thread; CUDA/NCCL: makes the current stream wait, host returns
     except RuntimeError as err:
         rank = dist.get_rank() if dist.is_initialized() else 0
-        raise DistributedError(
-            f"rank {rank}: {what} failed - a peer process died or did not answer within the process group "
-            f"timeout ({str(err).splitlines()[0][:300]})"
-        ) from err
+        raise DistributedError(f"rank {rank}: {what} failed - {peer_note()} ({str(err).splitlines()[0][:300]})") from err
     finally:
         if stats is not None and kind is not None:
             stats.record_blocked(kind, time.perf_counter() - t0)
@@ -143,8 +193,8 @@ def all_gather_rows(values: Sequence[float], group: Group | None, what: str) -> 
     try:
         dist.all_gather(list(rows.unbind(0)), row, group=group)
     except RuntimeError as err:
-        raise DistributedError(f"rank {group_rank(group)}: {what} failed - a peer process died or did not answer "
-                               f"within the timeout ({str(err).splitlines()[0][:300]})") from err
+        raise DistributedError(f"rank {group_rank(group)}: {what} failed - {peer_note()} "
+                               f"({str(err).splitlines()[0][:300]})") from err
     return rows.cpu()
 
 
@@ -163,8 +213,8 @@ def all_gather_cat(x: Tensor, group: Group | None) -> Tensor:
     try:
         dist.all_gather(out, padded, group=group)
     except RuntimeError as err:
-        raise DistributedError(f"rank {group_rank(group)}: gather failed - a peer process died or did not answer "
-                               f"within the timeout ({str(err).splitlines()[0][:300]})") from err
+        raise DistributedError(f"rank {group_rank(group)}: gather failed - {peer_note()} "
+                               f"({str(err).splitlines()[0][:300]})") from err
     return torch.cat([o[:n] for o, n in zip(out, sizes)]).to(x.device)
 
 
@@ -219,8 +269,8 @@ def all_to_all(
         work = dist.all_to_all_single(output, send.contiguous(), recv_splits, send_splits, group=group,
                                       async_op=True)
     except RuntimeError as err:
-        raise DistributedError(f"rank {rank}: could not launch the all-to-all ({kind}): "
-                               f"{str(err).splitlines()[0]}") from err
+        raise DistributedError(f"rank {rank}: could not launch the all-to-all ({kind}) - {peer_note()} "
+                               f"({str(err).splitlines()[0][:300]})") from err
     return AllToAllHandle(work, output, kind, stats)
 
 

@@ -20,16 +20,20 @@ __all__ = ["torchrun_command", "launch_torchrun"]
 log = logging.getLogger(__name__)
 
 
-def torchrun_command(nproc: int, target: Sequence[str]) -> list[str]:
-    """``python -m torch.distributed.run --standalone --nproc-per-node K *target``.
+def torchrun_command(nproc: int, target: Sequence[str], *, max_restarts: int = 0) -> list[str]:
+    """``python -m torch.distributed.run --standalone --nproc-per-node K [--max-restarts N] *target``.
 
     ``target`` is a script and its arguments, or ``["-m", module, *arguments]``. ``--standalone`` lets the
     rendezvous store bind a free port itself: a port picked here and released would race with other launches.
+    With ``max_restarts`` > 0, torchrun restarts every rank when one fails, up to that many times.
     """
     if nproc < 1:
         raise ConfigError(f"--nproc must be >= 1, got {nproc}")
+    if max_restarts < 0:
+        raise ConfigError(f"--max-restarts must be >= 0, got {max_restarts}")
+    restarts = ["--max-restarts", str(max_restarts)] if max_restarts else []
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc),
-            *map(str, target)]
+            *restarts, *map(str, target)]
 
 
 def launch_torchrun(
@@ -38,6 +42,7 @@ def launch_torchrun(
     *,
     threads_per_rank: int | None = None,
     env: dict[str, str] | None = None,
+    max_restarts: int = 0,
     **run_kwargs,
 ) -> subprocess.CompletedProcess:
     """Run ``target`` as ``nproc`` local ranks under torchrun and wait for them (``subprocess.run``).
@@ -48,11 +53,12 @@ def launch_torchrun(
         threads_per_rank: OMP_NUM_THREADS of every rank. Default: the caller's OMP_NUM_THREADS if set, else
             cores // nproc, so that K ranks share the cores instead of each taking all of them.
         env: extra environment variables for the ranks (over this process's environment).
+        max_restarts: how many times torchrun may restart the ranks after one fails (0: none).
         run_kwargs: passed to ``subprocess.run`` (``capture_output``, ``timeout``, ``cwd``, ...). On a timeout
             the ranks are stopped too: torchrun starts each rank in a session of its own, so killing torchrun
             (what ``subprocess.run`` does) would leave them running, holding the cores and the output pipes.
     """
-    cmd = torchrun_command(nproc, target)
+    cmd = torchrun_command(nproc, target, max_restarts=max_restarts)
     threads = threads_per_rank or os.environ.get("OMP_NUM_THREADS") or max(1, (os.cpu_count() or 1) // nproc)
     full_env = {**os.environ, "OMP_NUM_THREADS": str(threads), **(env or {})}
     log.info("starting: %s", " ".join(cmd))

@@ -31,6 +31,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from haloflow.engine.checkpoint import CheckpointConfig, Checkpointer
+from haloflow.engine.comm import register_peers
 from haloflow.errors import ConfigError
 from haloflow.utils.progress import progress_bar
 from haloflow.utils.threads import follow_torch_threads
@@ -141,12 +143,31 @@ def init_from_env(*, timeout_s: float = 120.0, device: str = "auto", force_distr
     if not dist.is_initialized():
         # NCCL binds the group to this rank's device up front (barriers then know where to run)
         extra = {"device_id": dev} if dev.type == "cuda" else {}
-        dist.init_process_group(backend=backend, timeout=_dt.timedelta(seconds=timeout_s), **extra)
+        timeout = _dt.timedelta(seconds=timeout_s)
+        store = _attempt_store(world, timeout)
+        if store is not None:
+            extra.update(store=store, rank=rank, world_size=world)
+        dist.init_process_group(backend=backend, timeout=timeout, **extra)
         log.info("rank %d/%d joined the %s group", rank, world, backend)
     return ParallelLayout(
         rank=dist.get_rank(), world_size=dist.get_world_size(), local_rank=local, device=dev,
         backend=dist.get_backend(), group=dist.group.WORLD,
     )
+
+
+def _attempt_store(world: int, timeout: _dt.timedelta):
+    """After torchrun restarted the ranks, a store whose keys are this attempt's alone (None otherwise).
+
+    torchrun's agent keeps one store for the whole job, so the keys gloo wrote in an earlier attempt (each rank's
+    address) are still there, and a restarted rank that reads a peer's key before the peer rewrites it connects
+    to a dead process (seen: every rank of a restarted DLRM run waited out the timeout in init_process_group).
+    """
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    if attempt == "0" or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return None
+    base = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world, is_master=False,
+                         timeout=timeout)
+    return dist.PrefixStore(f"haloflow/attempt{attempt}/", base)
 
 
 def shutdown(*, barrier: bool = True) -> None:
@@ -181,6 +202,7 @@ class RuntimeConfig:
             temporary name and renamed when the run ends, so a failed run leaves no half-written file.
         progress: draw a progress bar (only when stderr is a terminal).
         log_every: when no bar shows, print a line every this many epochs or steps (0: about ten lines a run).
+        checkpoint: where and how often to save, and where to resume from (``engine/checkpoint.py``).
     """
 
     device: str = "auto"
@@ -188,6 +210,7 @@ class RuntimeConfig:
     log_jsonl: str | Path | None = None
     progress: bool = True
     log_every: int = 0
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
 
     def __post_init__(self) -> None:
         if self.device not in DEVICES:
@@ -234,7 +257,12 @@ class Runtime:
             return cls(config, layout, owns_group=False, t0=t0)
         owns = not dist.is_initialized()
         layout = init_from_env(timeout_s=config.timeout_s, device=config.device, force_distributed=distributed)
+        register_peers(layout.group)  # so that a failed collective can name the rank that has gone
         return cls(config, layout, owns_group=owns and layout.distributed, t0=t0)
+
+    def checkpointer(self, kind: str, identity: dict) -> Checkpointer:
+        """This run's checkpoints (``config.checkpoint``): what to resume from, when and where to save."""
+        return Checkpointer(self.config.checkpoint, self.layout, kind, identity)
 
     @property
     def threads(self) -> int:
@@ -253,9 +281,10 @@ class Runtime:
         self.startup_s = time.perf_counter() - self._t0
         return self.startup_s
 
-    def reporter(self, *, total: int, unit: str, desc: str) -> "Reporter":
-        every = self.config.log_every or max(1, total // 10)
-        return Reporter(total=total, unit=unit, desc=desc, every=every,
+    def reporter(self, *, total: int, unit: str, desc: str, done: int = 0) -> "Reporter":
+        """Progress of ``total`` epochs or steps, ``done`` of them already (by the checkpoint resumed from)."""
+        every = self.config.log_every or max(1, (total - done) // 10)
+        return Reporter(total=total, unit=unit, desc=desc, every=every, done=done,
                         enabled=self.layout.is_main, progress=self.config.progress)
 
     def close(self, ok: bool = True) -> None:
@@ -384,12 +413,12 @@ class Reporter:
     """Output for people, on rank 0: a progress bar on a terminal, otherwise a line every ``every`` steps."""
 
     def __init__(self, *, total: int, unit: str, desc: str, every: int, enabled: bool, progress: bool,
-                 stream=None):
+                 stream=None, done: int = 0):
         self.total, self.unit, self.desc, self.every = total, unit, desc, every
         self.enabled = enabled
         self.stream = stream or sys.stdout
-        self.done = 0
-        self.bar = progress_bar(total=total, desc=desc, unit=unit, enabled=enabled and progress)
+        self.done = done
+        self.bar = progress_bar(total=total, desc=desc, unit=unit, enabled=enabled and progress, initial=done)
 
     def update(self, values: dict[str, float]) -> None:
         """One step or epoch done; ``values`` are shown (4 significant digits) on the bar or the line."""

@@ -23,6 +23,7 @@ def progress_bar(
     unit_scale: bool = False,
     enabled: bool = True,
     leave: bool = False,
+    initial: int = 0,
 ) -> tqdm:
     """A tqdm bar on stderr, disabled when ``enabled`` is False or stderr is not a tty.
 
@@ -34,10 +35,11 @@ def progress_bar(
         unit_scale: show counts with k/M/G prefixes (for bytes).
         enabled: the caller's switch (e.g. ``progress=False``); a non-tty stderr turns the bar off regardless.
         leave: keep the finished bar on screen.
+        initial: steps already done (a run resumed from a checkpoint).
     """
     isatty = getattr(sys.stderr, "isatty", None)
     visible = enabled and bool(isatty and isatty())
     return tqdm(
         iterable, total=total, desc=desc, unit=unit, unit_scale=unit_scale, disable=not visible, leave=leave, file=sys.stderr,
-        dynamic_ncols=True,
+        dynamic_ncols=True, initial=initial,
     )

@@ -31,9 +31,10 @@ from haloflow.data.clicks import CHUNK
 from haloflow.data.jagged import ClickBatch, JaggedBatch, split_sizes
 from haloflow.data.paths import check_output_parent
 from haloflow.engine.comm import all_gather_cat
+from haloflow.engine.dlrm.checkpoint import dense_state, load_dense_state, load_tables, table_pieces
 from haloflow.engine.dlrm.sharding import build_sharded_dlrm
 from haloflow.engine.runtime import ParallelLayout, Runtime, RuntimeConfig, TrainResult, to_device
-from haloflow.errors import ConfigError
+from haloflow.errors import CheckpointError, ConfigError, HaloflowError
 from haloflow.models.dlrm import DLRM, DLRMConfig, dlrm_loss
 from haloflow.partition.planner.plan_io import load_plan
 from haloflow.partition.planner.planner import table_wise_plan
@@ -135,10 +136,12 @@ class DLRMTrainResult(TrainResult):
     val_auc: float | None = None
     comm_bytes_per_step: float = 0.0  # this rank's average, all collectives
     cache: dict = field(default_factory=dict)  # the tables' cache counters (hit rate, bytes moved); {} without
+    resumed_at: int = 0  # steps done by the checkpoint this run resumed from
 
     @property
     def samples_per_s(self) -> float:
-        return self.samples / self.train_s if self.train_s > 0 else 0.0
+        done = self.samples * (self.steps - self.resumed_at) / max(self.steps, 1)  # this run's share
+        return done / self.train_s if self.train_s > 0 else 0.0
 
     def summary(self) -> str:
         window = self.losses[-100:]
@@ -146,8 +149,9 @@ class DLRMTrainResult(TrainResult):
                 ["train loss (last 100 steps)", sum(window) / max(len(window), 1)],
                 ["val logloss", self.val_logloss], ["val AUC", self.val_auc],
                 ["bytes sent / step / rank", int(self.comm_bytes_per_step)],
-                *([["cache hit rate", self.cache["cache_hit_rate"]]] if self.cache else [])]
-        return self.format_summary(f"DLRM, {self.steps} steps", rows, steps=self.steps)
+                *([["cache hit rate", self.cache["cache_hit_rate"]]] if self.cache else []),
+                *([["resumed after step", self.resumed_at]] if self.resumed_at else [])]
+        return self.format_summary(f"DLRM, {self.steps} steps", rows, steps=self.steps - self.resumed_at)
 
 
 def auc_rank_sum(scores: torch.Tensor, labels: torch.Tensor) -> float:
@@ -200,12 +204,16 @@ class _Data:
             return -(-n // B)
         return len(self.loaders[split])
 
-    def batches(self, split: str) -> Iterator[ClickBatch]:
+    def batches(self, split: str, skip: int = 0) -> Iterator[ClickBatch]:
+        """The split's batches in order, less the first ``skip`` (where a resumed run left off)."""
         if not self.config.synthetic:
-            yield from self.loaders[split]
+            for i, batch in enumerate(self.loaders[split]):
+                if i >= skip:
+                    yield batch
             return
         B, n_train = self.config.batch_size, self.config.synthetic_train
         lo, n = (0, n_train) if split == "train" else (n_train, self.config.synthetic_val)
+        lo, n = lo + skip * B, max(0, n - skip * B)  # a sample's values depend on its index alone
         # Drawn in pieces of many batches: the generator draws whole chunks of its stream at a time.
         piece = max(B, (CHUNK // B) * B)
         for start in range(lo, lo + n, piece):
@@ -315,6 +323,26 @@ def _evaluate(net, data: _Data, layout: ParallelLayout, config: DLRMTrainConfig)
     return float(loss_sum) / count, auc_rank_sum(all_scores, all_labels)
 
 
+def _resume(ckpt, model: DLRM, opt: torch.optim.Optimizer, total: int) -> tuple[int, int, list[float]]:
+    """Steps and samples done and the loss history: from the checkpoint ``ckpt`` resumes (MLPs, their optimizer
+    state, this rank's table rectangles and RNG restored in place), else nothing done."""
+    loaded = ckpt.load()
+    if loaded is None:
+        return 0, 0, []
+    if loaded.step >= total:
+        raise ConfigError(f"{loaded.path} is at step {loaded.step}, and this run stops at step {total}: nothing "
+                          "left to train; give more --epochs or --max-steps", field="max_steps")
+    try:
+        load_dense_state(model, opt, loaded.state["dense"], loaded.path)
+        load_tables(model.embeddings, loaded)
+        torch.set_rng_state(loaded.state["rng"])
+        return loaded.step, int(loaded.state["samples"]), [float(x) for x in loaded.state["losses"]]
+    except (KeyError, TypeError, RuntimeError, ValueError) as err:
+        if isinstance(err, HaloflowError):
+            raise
+        raise CheckpointError(f"{loaded.path}: does not fit this model ({str(err).splitlines()[0][:200]})") from None
+
+
 def train_dlrm(config: DLRMTrainConfig, *, on_record: Callable[[dict], None] | None = None) -> DLRMTrainResult:
     """Train and evaluate; every rank returns the same ``DLRMTrainResult``.
 
@@ -340,19 +368,27 @@ def _train(config: DLRMTrainConfig, rt: Runtime, on_record) -> DLRMTrainResult:
         if lay.is_main and on_record is not None:
             on_record(rt.metrics.records[-1])
 
-    total = data.num_batches("train") * config.epochs
+    per_epoch = data.num_batches("train")
+    total = per_epoch * config.epochs
     if config.max_steps is not None:
         total = min(total, config.max_steps)
+    ckpt = rt.checkpointer("dlrm", {"table_sizes": list(data.table_sizes), "num_dense": data.num_dense,
+                                    "train_batches": per_epoch, "batch_size": config.batch_size,
+                                    "embedding_dim": config.embedding_dim, "bottom_mlp": list(config.bottom_mlp),
+                                    "top_mlp": list(config.top_mlp), "seed": config.seed,
+                                    "optimizer": config.optimizer})
+    steps, samples, losses = _resume(ckpt, model, opt, total)
+    start, comm = steps, 0
     rt.started()
-    reporter = rt.reporter(total=total, unit="step", desc=f"train dlrm (K={lay.world_size})")
-    steps, samples, comm, losses = 0, 0, 0, []
+    reporter = rt.reporter(total=total, unit="step", desc=f"train dlrm (K={lay.world_size})", done=start)
     devices = {"model": {p.device.type for p in net.parameters()}, "batches": set()}
     t0 = time.perf_counter()
     try:
         while steps < total:
-            for batch in data.batches("train"):
+            for batch in data.batches("train", skip=steps % per_epoch):
                 if steps >= total:
                     break
+                ckpt.maybe_fail(steps + 1)
                 mine, sizes = _local(batch, lay)
                 devices["batches"] |= {t.device.type for t in (mine.dense, mine.sparse.values, mine.labels)}
                 opt.zero_grad(set_to_none=True)
@@ -376,8 +412,12 @@ def _train(config: DLRMTrainConfig, rt: Runtime, on_record) -> DLRMTrainResult:
                 if steps % config.log_every == 0 or steps == total:
                     window = losses[-config.log_every:]
                     emit({"kind": "train", "step": steps, "loss": sum(window) / len(window),
-                          "samples_per_s": samples / (time.perf_counter() - t0), **_cache_record(model)})
+                          "samples_per_s": (steps - start) * batch.batch_size / (time.perf_counter() - t0),
+                          **_cache_record(model)})
                 reporter.update({"loss": step_loss})
+                if ckpt.due(steps, total):
+                    ckpt.save(steps, {"dense": dense_state(model, opt), "losses": losses, "samples": samples,
+                                      "rng": torch.get_rng_state()}, table_pieces(model.embeddings, lay.rank))
     finally:
         reporter.close()
     train_s = time.perf_counter() - t0
@@ -385,7 +425,8 @@ def _train(config: DLRMTrainConfig, rt: Runtime, on_record) -> DLRMTrainResult:
     result = DLRMTrainResult(layout=lay, startup_s=rt.startup_s, train_s=train_s, threads=rt.threads,
                              state_dict=_state(net, lay), records=rt.metrics.records, steps=steps, samples=samples,
                              losses=losses, val_logloss=val_logloss, val_auc=val_auc,
-                             comm_bytes_per_step=comm / max(steps, 1), devices=devices, cache=_cache_record(model))
+                             comm_bytes_per_step=comm / max(steps - start, 1), devices=devices,
+                             cache=_cache_record(model), resumed_at=start)
     emit({"kind": "eval", "step": steps, "val_logloss": val_logloss, "val_auc": val_auc,
           "samples_per_s": result.samples_per_s, "world_size": lay.world_size, "threads_per_rank": rt.threads,
           "startup_s": rt.startup_s, "comm_bytes_per_step": result.comm_bytes_per_step})

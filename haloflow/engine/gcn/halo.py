@@ -36,7 +36,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from haloflow.engine.comm import CommStats, wait_work
+from haloflow.engine.comm import CommStats, peer_note, wait_work
 from haloflow.errors import ConfigError, DistributedError
 
 __all__ = ["HaloExchange", "HaloHandle", "HaloSelection"]
@@ -315,7 +315,8 @@ class HaloExchange:
         try:
             return dist.all_to_all_single(out, send, recv_counts, send_counts, group=self.group, async_op=True)
         except RuntimeError as err:
-            raise DistributedError(f"{self.name}: could not launch the all-to-all ({str(err).splitlines()[0]})") from err
+            raise DistributedError(f"{self.name}: could not launch the all-to-all - {peer_note()} "
+                                   f"({str(err).splitlines()[0][:300]})") from err
 
 
 class HaloHandle:

@@ -31,7 +31,7 @@ from haloflow.engine.comm import CommStats, all_gather_rows
 from haloflow.engine.gcn.parallelize import HaloConfig, parallelize_gcn
 from haloflow.engine.grad_sync import BucketedGradSync, GradSyncConfig
 from haloflow.engine.runtime import ParallelLayout, Runtime, RuntimeConfig, TrainResult, save_atomic, synchronize
-from haloflow.errors import ConfigError
+from haloflow.errors import CheckpointError, ConfigError
 from haloflow.models.aggregate import LocalAggregator
 from haloflow.models.gcn import CONVS, GCN, GCNConfig, gcn_loss
 from haloflow.models.spmm import DEFAULT_KERNEL, KERNELS
@@ -101,6 +101,10 @@ class GCNTrainConfig:
             raise ConfigError(f"save {self.save} is a folder; expected a file name to write", field="save")
         check_output_parent(self.save, "--save")  # checked now: the file is written after training
         check_output_parent(self.runtime.log_jsonl, "--log-jsonl")
+        ckpt = self.runtime.checkpoint
+        if self.halo.staleness and (ckpt.dir is not None or ckpt.resume is not None):
+            raise ConfigError("staleness 1 carries last epoch's halos from epoch to epoch, and a checkpoint does not "
+                              "hold them: checkpoints and resume need staleness 0", field="staleness")
 
     def model_config(self, in_dim: int, out_dim: int) -> GCNConfig:
         return GCNConfig(in_dim=in_dim, out_dim=out_dim, hidden_dim=self.hidden_dim, num_layers=self.num_layers,
@@ -134,9 +138,10 @@ class GCNTrainResult(TrainResult):
         their ORIGINAL ids (so results of any K can be compared row by row).
     """
 
-    history: list[EpochLog] = field(default_factory=list)
+    history: list[EpochLog] = field(default_factory=list)  # every epoch, those before a resume included
     logits: torch.Tensor | None = None
     node_ids: torch.Tensor | None = None
+    resumed_at: int = 0  # epochs done by the checkpoint this run resumed from
 
     @property
     def final(self) -> EpochLog:
@@ -146,7 +151,9 @@ class GCNTrainResult(TrainResult):
         f = self.final
         rows = [["loss", f.loss], ["train accuracy", f.train_acc], ["val accuracy", f.val_acc],
                 ["test accuracy", f.test_acc]]
-        return self.format_summary(f"GCN, {len(self.history)} epochs", rows, epochs=len(self.history))
+        rows += [["resumed after epoch", self.resumed_at]] if self.resumed_at else []
+        return self.format_summary(f"GCN, {len(self.history)} epochs", rows,
+                                   epochs=len(self.history) - self.resumed_at)
 
 
 @dataclass(eq=False)
@@ -271,22 +278,28 @@ def _new_model(config: GCNTrainConfig, local: _Local, num_rows: int, device: tor
 def _train(config: GCNTrainConfig, rt: Runtime, dataset, part) -> GCNTrainResult:
     lay = rt.layout
     model, agg, sync, local, stats = setup_gcn(config, rt, dataset, part)
-    counts = all_gather_rows([float(m.sum()) for m in local.masks], lay.group, "counting training nodes").sum(0)
-    n_train, n_val, n_test = (int(c) for c in counts)
+    counts = all_gather_rows([float(m.sum()) for m in local.masks] + [local.x.shape[0]], lay.group,
+                             "counting training nodes").sum(0)
+    n_train, n_val, n_test, n_nodes = (int(c) for c in counts)
     if n_train == 0:
         raise ConfigError("the train mask selects no node: nothing to train on")
     groups = model.param_groups(config.weight_decay)
     opt = (torch.optim.Adam(groups, lr=config.lr) if config.optimizer == "adam"
            else torch.optim.SGD(groups, lr=config.lr))
+    ckpt = rt.checkpointer("gcn", {"model": asdict(model.config), "optimizer": config.optimizer,
+                                   "weight_decay": config.weight_decay, "nodes": n_nodes, "train_nodes": n_train,
+                                   "val_nodes": n_val, "test_nodes": n_test, "normalize_features":
+                                   config.normalize_features})
+    history, start = _resume(ckpt, model, opt, config.epochs)
     set_epoch = getattr(agg, "set_epoch", lambda epoch, training: None)
     if config.precompute_first:
         model.precompute(local.x, agg)  # layer 0's aggregation of the constant input, once (exact)
     rt.started()
-    history: list[EpochLog] = []
-    reporter = rt.reporter(total=config.epochs, unit="epoch", desc=f"train gcn (K={lay.world_size})")
+    reporter = rt.reporter(total=config.epochs, unit="epoch", desc=f"train gcn (K={lay.world_size})", done=start)
     t_train = time.perf_counter()
     try:
-        for epoch in range(config.epochs):
+        for epoch in range(start, config.epochs):
+            ckpt.maybe_fail(epoch + 1)
             # ---- training step
             model.train()
             set_epoch(epoch, True)
@@ -325,26 +338,54 @@ def _train(config: GCNTrainConfig, rt: Runtime, dataset, part) -> GCNTrainResult
             rt.metrics.write({"kind": "epoch", **asdict(entry)})
             reporter.update({"loss": entry.loss, "val": entry.val_acc, "test": entry.test_acc,
                              "epoch_s": entry.epoch_s})
+            if ckpt.due(epoch + 1, config.epochs):
+                ckpt.save(epoch + 1, {"model": _cpu(model.state_dict()), "optimizer": opt.state_dict(),
+                                      "history": [asdict(h) for h in history], "rng": torch.get_rng_state()})
         finish = getattr(agg, "finish", None)
         if finish is not None:
             finish()  # stale mode leaves one exchange per layer in flight
     finally:
         reporter.close()
     train_s = time.perf_counter() - t_train
-    rt.metrics.write({"kind": "summary", "epochs": config.epochs, "world_size": lay.world_size,
+    rt.metrics.write({"kind": "summary", "epochs": config.epochs, "resumed_at": start, "world_size": lay.world_size,
                       "threads_per_rank": rt.threads, "device": str(lay.device), "startup_s": rt.startup_s,
-                      "train_s": train_s, "epoch_s_mean": train_s / config.epochs})
+                      "train_s": train_s, "epoch_s_mean": train_s / (config.epochs - start)})
     devices = _devices(model, local, agg, logits)
-    state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+    state = _cpu(model.state_dict())
     result = GCNTrainResult(layout=lay, startup_s=rt.startup_s, train_s=train_s,
                             threads=rt.threads, state_dict=state, records=rt.metrics.records,
-                            history=history, logits=logits, node_ids=local.node_ids, devices=devices)
+                            history=history, logits=logits, node_ids=local.node_ids, devices=devices,
+                            resumed_at=start)
     if config.save and lay.is_main:
         save_atomic(config.save, {"model_config": asdict(model.config), "state_dict": state,
                                   "train_config": _plain(asdict(config)), "final": asdict(history[-1])})
     log.info("trained %d epochs on %s: loss %.4f, test accuracy %.4f", config.epochs, rt.describe(),
              history[-1].loss, history[-1].test_acc)
     return result
+
+
+def _resume(ckpt, model: GCN, opt: torch.optim.Optimizer, epochs: int) -> tuple[list[EpochLog], int]:
+    """The history and the first epoch to train: from the checkpoint ``ckpt`` resumes (weights, optimizer state
+    and RNG restored in place), else empty and 0. The weights are the same on every rank, whatever K wrote them."""
+    loaded = ckpt.load()
+    if loaded is None:
+        return [], 0
+    if loaded.step >= epochs:
+        raise ConfigError(f"{loaded.path} is at epoch {loaded.step}, and --epochs {epochs} leaves nothing to train: "
+                          "give more epochs", field="epochs")
+    try:
+        model.load_state_dict(loaded.state["model"])
+        opt.load_state_dict(loaded.state["optimizer"])
+        history = [EpochLog(**h) for h in loaded.state["history"]]
+        torch.set_rng_state(loaded.state["rng"])
+    except (KeyError, TypeError, RuntimeError, ValueError) as err:
+        raise CheckpointError(f"{loaded.path}: state.pt does not fit this model ({str(err).splitlines()[0][:200]})"
+                              ) from None
+    return history, loaded.step
+
+
+def _cpu(state: dict) -> dict:
+    return {k: v.detach().cpu().clone() for k, v in state.items()}
 
 
 def _devices(model: GCN, local: _Local, agg, logits: torch.Tensor) -> dict[str, set[str]]:

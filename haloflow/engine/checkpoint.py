@@ -1,0 +1,368 @@
+"""Checkpoints every trainer writes and reads, in global terms: a run saved at K ranks resumes at any K'.
+
+::
+
+    CHECKPOINT_DIR/
+      step-00000040/           training done through step (or epoch) 40
+        manifest.json          kind, step, the K that wrote it, the run's identity, a size and CRC-32 per file,
+                               and where each piece of a sharded table is
+        state.pt               what every rank holds alike (rank 0 writes it): weights, optimizer state, progress
+        rows-rank0.pt          rank 0's rectangles of sharded tables: (table, rows a..b, columns c..d) + their
+        rows-rank1.pt          optimizer state, so that any plan can cut its own shards out of them
+      step-00000050/
+      .step-00000060.tmp/      being written: never read, removed by the next save
+
+Nothing in a checkpoint is rank k's array: replicated state is saved once, and sharded rows are saved by table
+and global row, so the next run re-cuts them for its own plan or partition.
+
+Writing (``Checkpointer.save``): rank 0 makes the temporary folder; every rank writes its files and their
+checksums; rank 0 writes the manifest, renames the folder into place, and keeps only the newest ``keep``. A
+crash at any point leaves the earlier checkpoints whole.
+
+Reading (``Checkpointer.load``): the newest checkpoint of ``--resume DIR`` (or, after a restart, of the run's own
+``--checkpoint-dir``); each file's size and CRC-32 are checked before ``torch.load(weights_only=True)`` reads it
+(no code in the file runs), and the run's identity (model, data, optimizer) is compared with the manifest's,
+naming the first field that differs.
+
+Fault injection for tests (``fail_at``, ``fail_rank``): that rank kills itself with SIGKILL when it reaches that
+step, in the first attempt only, so a restarted run gets past it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shutil
+import signal
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from haloflow.errors import CheckpointError, ConfigError, DistributedError
+from haloflow.utils.atomic import atomic_write_text
+from haloflow.utils.checksum import crc32_file
+
+__all__ = ["CheckpointConfig", "Piece", "Checkpointer", "LoadedCheckpoint", "open_checkpoint", "newest",
+           "restart_count", "FORMAT"]
+
+FORMAT = "haloflow-checkpoint/1"
+RESTART_ENV = "TORCHELASTIC_RESTART_COUNT"  # torchrun: 0 in the first attempt, n after n restarts
+_STEP_DIR = re.compile(r"^step-(\d{8})$")
+
+log = logging.getLogger(__name__)
+
+
+def restart_count() -> int:
+    """How many times torchrun has restarted this run's ranks (0 outside torchrun)."""
+    try:
+        return int(os.environ.get(RESTART_ENV, "0"))
+    except ValueError:
+        return 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckpointConfig:
+    """Where and how often a run saves itself, where it resumes from, and (for tests) where it crashes.
+
+    Args:
+        dir: write checkpoints here (``--checkpoint-dir``); None: none are written.
+        every: save after every this many epochs (GCN) or steps (DLRM), and always at the end; 0: at the end only.
+        keep: how many of the newest checkpoints to keep.
+        resume: start from a checkpoint (``--resume``): a checkpoint folder, or a checkpoint dir (its newest).
+        fail_at / fail_rank: a testing aid: rank ``fail_rank`` kills itself (SIGKILL) on reaching step or epoch
+            ``fail_at`` (counted from 1), in the first attempt only.
+    """
+
+    dir: Path | None = None
+    every: int = 0
+    keep: int = 2
+    resume: Path | None = None
+    fail_at: int | None = None
+    fail_rank: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("dir", "resume"):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, Path(getattr(self, name)))
+        if self.every < 0:
+            raise ConfigError(f"checkpoint every must be >= 0, got {self.every}", field="checkpoint_every")
+        if self.keep < 1:
+            raise ConfigError(f"checkpoint keep must be >= 1, got {self.keep}", field="checkpoint_keep")
+        if self.every and self.dir is None:
+            raise ConfigError("checkpoint every needs a checkpoint dir to write to", field="checkpoint_dir")
+        if self.dir is not None and self.dir.exists() and not self.dir.is_dir():
+            raise ConfigError(f"checkpoint dir {self.dir} is a file; expected a folder", field="checkpoint_dir")
+        if self.resume is not None and not self.resume.is_dir():
+            raise ConfigError(f"resume {self.resume}: no such checkpoint folder", field="resume")
+        if self.fail_at is not None and self.fail_at < 1:
+            raise ConfigError(f"fail at must be >= 1, got {self.fail_at}", field="fail_at")
+        if self.fail_rank < 0:
+            raise ConfigError(f"fail rank must be >= 0, got {self.fail_rank}", field="fail_rank")
+
+
+@dataclass
+class Piece:
+    """A rectangle of a table in global coordinates with its arrays: ``"weight"`` (rows, cols) and optimizer state
+    ((rows, cols) elementwise, or (rows,) per row)."""
+
+    table: int
+    rows: tuple[int, int]
+    cols: tuple[int, int]
+    arrays: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+class LoadedCheckpoint:
+    """A checkpoint read back and checked: ``step``, ``state`` (state.pt), and ``rows`` for sharded tables."""
+
+    def __init__(self, path: Path, manifest: dict, state: dict):
+        self.path = path
+        self.manifest = manifest
+        self.state = state
+        self.step = int(manifest["step"])
+        self._opened: dict[str, dict[str, torch.Tensor]] = {}
+
+    def rows(self, table: int, rows: tuple[int, int], cols: tuple[int, int], name: str) -> torch.Tensor:
+        """Array ``name`` of ``table`` over global ``rows`` x ``cols``, assembled from the pieces that overlap it
+        (whatever plan wrote them). Per-row arrays ((rows,) or (rows, 1)) ignore ``cols``."""
+        found = [p for p in self.manifest["pieces"] if p["table"] == table and p["name"] == name
+                 and p["rows"][0] < rows[1] and rows[0] < p["rows"][1]]
+        if not found:
+            raise CheckpointError(f"{self.path}: holds no {name!r} rows of table {table}")
+        out, covered = None, None
+        for p in found:
+            data = self._open(p["file"])[p["key"]]
+            lo, hi = max(rows[0], p["rows"][0]), min(rows[1], p["rows"][1])
+            src = data[lo - p["rows"][0]: hi - p["rows"][0]]
+            per_row = data.dim() == 1 or p["cols"] is None
+            if out is None:
+                shape = (rows[1] - rows[0], *(() if data.dim() == 1 else (data.shape[1],) if per_row
+                                                else (cols[1] - cols[0],)))
+                out = torch.empty(shape, dtype=data.dtype)
+                covered = torch.zeros(rows[1] - rows[0], cols[1] - cols[0] if not per_row else 1, dtype=torch.bool)
+            if per_row:
+                out[lo - rows[0]: hi - rows[0]] = src
+                covered[lo - rows[0]: hi - rows[0]] = True
+                continue
+            c_lo, c_hi = max(cols[0], p["cols"][0]), min(cols[1], p["cols"][1])
+            if c_lo >= c_hi:
+                continue
+            out[lo - rows[0]: hi - rows[0], c_lo - cols[0]: c_hi - cols[0]] = src[:, c_lo - p["cols"][0]: c_hi - p["cols"][0]]
+            covered[lo - rows[0]: hi - rows[0], c_lo - cols[0]: c_hi - cols[0]] = True
+        if not bool(covered.all()):
+            raise CheckpointError(f"{self.path}: its pieces of table {table} do not cover rows {rows[0]}..{rows[1]} "
+                                  f"x columns {cols[0]}..{cols[1]} of {name!r}")
+        return out
+
+    def has_rows(self, table: int, name: str) -> bool:
+        return any(p["table"] == table and p["name"] == name for p in self.manifest["pieces"])
+
+    def _open(self, name: str) -> dict[str, torch.Tensor]:
+        if name not in self._opened:
+            self._opened[name] = _load_checked(self.path, name, self.manifest, mmap=True)
+        return self._opened[name]
+
+
+class Checkpointer:
+    """One run's checkpoints. ``kind`` ("gcn", "dlrm", ...) and ``identity`` (what must match to resume: model
+    shape, data, optimizer) go into every manifest and are compared on load.
+
+    ::
+
+        ckpt = Checkpointer(config.runtime.checkpoint, layout, "gcn", identity)
+        loaded = ckpt.load()                        # None: start fresh
+        for step in range(loaded.step if loaded else 0, total):
+            ckpt.maybe_fail(step)                   # the testing aid
+            ...
+            if ckpt.due(step + 1, total):
+                ckpt.save(step + 1, state, pieces)  # collective: every rank calls it
+    """
+
+    def __init__(self, config: CheckpointConfig, layout, kind: str, identity: dict):
+        self.config, self.layout, self.kind = config, layout, kind
+        self.identity = json.loads(json.dumps(identity, default=str))  # as the manifest will read back
+        if config.fail_at is not None and config.fail_rank >= layout.world_size:
+            raise ConfigError(f"fail rank {config.fail_rank} is not one of the {layout.world_size} ranks",
+                              field="fail_rank")
+        self.source = self._source()
+
+    # ------------------------------------------------------------------------------------------ reading
+    def _source(self) -> Path | None:
+        """The checkpoint to start from, or None. After a restart: the newest in the run's own dir (the run
+        continues from where it died). Else ``resume``. A dir holding another run's checkpoints is refused."""
+        cfg = self.config
+        own = newest(cfg.dir) if cfg.dir is not None else None
+        if restart_count() > 0 and own is not None:
+            return own
+        if cfg.resume is not None:
+            chosen = cfg.resume if (cfg.resume / "manifest.json").is_file() else newest(cfg.resume)
+            if chosen is None:
+                raise CheckpointError(f"{cfg.resume}: holds no checkpoint (no manifest.json, no step-NNNNNNNN "
+                                      "folder with one)")
+            return chosen
+        if own is not None and restart_count() == 0:
+            raise CheckpointError(f"checkpoint dir {cfg.dir} already holds checkpoints (newest {own.name}); pass "
+                                  f"--resume {cfg.dir} to continue that run, or choose an empty folder")
+        return None
+
+    def load(self) -> LoadedCheckpoint | None:
+        """Read ``self.source`` (checked) on every rank; None when the run starts fresh."""
+        if self.source is None:
+            return None
+        loaded = open_checkpoint(self.source)
+        path, manifest = loaded.path, loaded.manifest
+        if manifest.get("kind") != self.kind:
+            raise CheckpointError(f"{path}: a checkpoint of a {manifest.get('kind')} run, but this run trains "
+                                  f"{self.kind}")
+        theirs = manifest.get("identity", {})
+        for key in sorted(set(theirs) | set(self.identity)):
+            if theirs.get(key) != self.identity.get(key):
+                raise CheckpointError(f"{path}: {key} differs: the checkpoint has {theirs.get(key)!r}, this run has "
+                                      f"{self.identity.get(key)!r}")
+        log.info("resuming from %s (step %s, written by %s ranks)", path, manifest["step"], manifest["world_size"])
+        return loaded
+
+    # ------------------------------------------------------------------------------------------ writing
+    def due(self, done: int, total: int) -> bool:
+        """Save after ``done`` steps? Every ``every``, and at the end of the run."""
+        cfg = self.config
+        return cfg.dir is not None and (done == total or (cfg.every > 0 and done % cfg.every == 0))
+
+    def save(self, done: int, state: dict, pieces: Sequence[Piece] = ()) -> Path:
+        """Write checkpoint ``done`` (a collective: every rank calls it). ``state`` is the same on every rank and
+        rank 0 writes it; ``pieces`` are this rank's own rows. Returns the checkpoint folder."""
+        lay, root = self.layout, self.config.dir
+        final = root / f"step-{done:08d}"
+        tmp = root / f".step-{done:08d}.tmp"
+        if lay.is_main:
+            root.mkdir(parents=True, exist_ok=True)
+            for stale in root.glob(".step-*.tmp"):
+                shutil.rmtree(stale, ignore_errors=True)
+            tmp.mkdir()
+        self._barrier(f"checkpoint {done}: making its folder")
+        files, index = {}, []
+        if lay.is_main:
+            files["state.pt"] = _save(tmp / "state.pt", state)
+        if pieces:
+            name = f"rows-rank{lay.rank}.pt"
+            blob = {}
+            for i, p in enumerate(pieces):
+                for arr_name, arr in p.arrays.items():
+                    key = f"{i}.{arr_name}"
+                    blob[key] = arr.detach().cpu().contiguous().clone()  # a view would save its whole storage
+                    index.append({"file": name, "key": key, "table": int(p.table), "name": arr_name,
+                                  "rows": [int(p.rows[0]), int(p.rows[1])],
+                                  "cols": None if arr.dim() == 1 else [int(p.cols[0]), int(p.cols[1])]})
+            files[name] = _save(tmp / name, blob)
+        atomic_write_text(tmp / f"files-rank{lay.rank}.json", json.dumps({"files": files, "pieces": index}))
+        self._barrier(f"checkpoint {done}: writing its files")
+        if lay.is_main:
+            all_files, all_pieces = {}, []
+            for r in range(lay.world_size):
+                part = tmp / f"files-rank{r}.json"
+                got = json.loads(part.read_text())
+                all_files.update(got["files"])
+                all_pieces += got["pieces"]
+                part.unlink()
+            manifest = {"format": FORMAT, "kind": self.kind, "step": done, "world_size": lay.world_size,
+                        "identity": self.identity, "files": all_files, "pieces": all_pieces}
+            atomic_write_text(tmp / "manifest.json", json.dumps(manifest, indent=1))
+            if final.exists():  # the same step saved again (a resumed run passing it): the new one wins
+                shutil.rmtree(final)
+            os.replace(tmp, final)
+            for old in sorted(p for p in root.iterdir() if _STEP_DIR.match(p.name))[:-self.config.keep]:
+                shutil.rmtree(old, ignore_errors=True)
+        self._barrier(f"checkpoint {done}: renaming it into place")
+        return final
+
+    def maybe_fail(self, step: int) -> None:
+        """The testing aid: die here, as ``kill -9`` would, if this is the rank and the step (counted from 1)."""
+        cfg = self.config
+        if (cfg.fail_at is not None and step == cfg.fail_at and self.layout.rank == cfg.fail_rank
+                and restart_count() == 0):
+            print(f"rank {self.layout.rank}: --fail-at {step}: killing this rank (a testing aid)", file=sys.stderr,
+                  flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def _barrier(self, what: str) -> None:
+        if self.layout.group is None:
+            return
+        try:
+            dist.barrier(group=self.layout.group)
+        except RuntimeError as err:
+            from haloflow.engine.comm import peer_note
+
+            raise DistributedError(f"rank {self.layout.rank}: {what} failed - {peer_note()} "
+                                   f"({str(err).splitlines()[0][:300]})") from err
+
+
+def open_checkpoint(path: str | os.PathLike) -> LoadedCheckpoint:
+    """Read a checkpoint folder, or the newest checkpoint under a checkpoint dir: manifest and state.pt checked
+    (sizes, CRC-32) and read without running code from them; the rows files are checked when first read."""
+    path = Path(path)
+    if not (path / "manifest.json").is_file():
+        found = newest(path)
+        if found is None:
+            raise CheckpointError(f"{path}: holds no checkpoint (no manifest.json, no step-NNNNNNNN folder with one)")
+        path = found
+    manifest = _read_manifest(path)
+    return LoadedCheckpoint(path, manifest, _load_checked(path, "state.pt", manifest))
+
+
+def newest(root: Path) -> Path | None:
+    """The checkpoint folder with the highest step under ``root`` (None when there is none)."""
+    if not root.is_dir():
+        return None
+    steps = sorted(p for p in root.iterdir() if _STEP_DIR.match(p.name) and (p / "manifest.json").is_file())
+    return steps[-1] if steps else None
+
+
+def _save(path: Path, payload: dict) -> dict:
+    torch.save(payload, path)
+    return {"bytes": path.stat().st_size, "crc32": crc32_file(path)}
+
+
+def _read_manifest(path: Path) -> dict:
+    file = path / "manifest.json"
+    try:
+        manifest = json.loads(file.read_text())
+    except FileNotFoundError:
+        raise CheckpointError(f"{path}: not a checkpoint (no manifest.json)") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise CheckpointError(f"{file}: unreadable ({err})") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise CheckpointError(f"{file}: not a {FORMAT} manifest (format {manifest.get('format') if isinstance(manifest, dict) else None!r})")
+    for key, kind in (("step", int), ("world_size", int), ("files", dict), ("pieces", list), ("identity", dict)):
+        if not isinstance(manifest.get(key), kind):
+            raise CheckpointError(f"{file}: field {key!r} missing or not {kind.__name__}")
+    return manifest
+
+
+def _load_checked(path: Path, name: str, manifest: dict, *, mmap: bool = False) -> dict:
+    """``torch.load(weights_only=True)`` of one file after its size and CRC-32 match the manifest."""
+    info = manifest["files"].get(name)
+    file = path / name
+    if not isinstance(info, dict):
+        raise CheckpointError(f"{path}/manifest.json: lists no file {name}")
+    if not file.is_file():
+        raise CheckpointError(f"{file}: missing (the manifest lists it)")
+    size = file.stat().st_size
+    if size != info.get("bytes"):
+        raise CheckpointError(f"{file}: {size} bytes, the manifest says {info.get('bytes')} (truncated or replaced)")
+    crc = crc32_file(file)
+    if crc != info.get("crc32"):
+        raise CheckpointError(f"{file}: CRC-32 {crc:#010x}, the manifest says {info.get('crc32')} (the file is "
+                              "damaged)")
+    try:
+        data = torch.load(file, map_location="cpu", weights_only=True, mmap=mmap)
+    except Exception as err:  # pickle or zip errors of a file whose checksum matched: written by something else
+        raise CheckpointError(f"{file}: not readable as a checkpoint ({type(err).__name__}: "
+                              f"{str(err).splitlines()[0][:200]})") from None
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{file}: holds a {type(data).__name__}, expected a dict")
+    return data

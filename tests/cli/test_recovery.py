@@ -1,0 +1,132 @@
+"""Checkpoints across sizes and faults, as a user runs them (``haloflow train ... --nproc K``, real gloo ranks):
+
+* elastic resume: a checkpoint written at 2 ranks continues at 1, one written at 1 continues at 4, and the
+  result equals the uninterrupted run (GCN and DLRM, every weight);
+* kill and restart: ``--fail-at`` kills a rank with SIGKILL, ``--max-restarts 1`` restarts every rank from the
+  last checkpoint, and the final weights equal the fault-free run's bit for bit;
+* a killed rank without restarts ends the job with exit 1 and a line naming the rank, within the timeout.
+"""
+
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from haloflow.engine.checkpoint import open_checkpoint
+from haloflow.partition.api import PartitionConfig
+from haloflow.partition.pipeline import partition_dataset
+from tests.conftest import REPO
+from tests.engine.scripts.common import small_dataset
+
+pytestmark = pytest.mark.slow
+
+QUIET = ["--no-progress", "--log-every", "1000"]
+GCN = ["train", "gcn", "--lr", "0.05", "--hidden", "8", *QUIET]
+DLRM = ["train", "dlrm", "--synthetic", "--synthetic-max-rows", "50", "--synthetic-train", "640",
+        "--synthetic-val", "64", "--batch-size", "32", "--embedding-dim", "4", "--bottom-mlp", "8", "--top-mlp", "8",
+        "--max-eval-batches", "1", "--epochs", "2", *QUIET]
+
+
+def haloflow(*argv, timeout: float = 240) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    return subprocess.run([sys.executable, "-m", "haloflow", *map(str, argv)], capture_output=True, text=True,
+                          timeout=timeout, cwd=REPO, env=env)
+
+
+def ok(proc: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
+@pytest.fixture(scope="module")
+def parts(tmp_path_factory) -> dict[int, Path]:
+    root = tmp_path_factory.mktemp("parts")
+    data = small_dataset(num_nodes=150, num_edges=700, feat_dim=8, num_classes=3, seed=5)
+    out = {}
+    for k in (1, 2, 4):
+        partition_dataset(data, PartitionConfig(num_parts=k, method="random", seed=1), root / f"k{k}", progress=False)
+        out[k] = root / f"k{k}"
+    return out
+
+
+def gcn_weights(path: Path) -> dict[str, torch.Tensor]:
+    return torch.load(path, weights_only=True)["state_dict"]
+
+
+def dlrm_weights(ckpt_dir: Path) -> dict[str, torch.Tensor]:
+    loaded = open_checkpoint(ckpt_dir)
+    ident = loaded.manifest["identity"]
+    tables = {f"table{t}": loaded.rows(t, (0, n), (0, ident["embedding_dim"]), "weight")
+              for t, n in enumerate(ident["table_sizes"])}
+    return {**loaded.state["dense"]["weights"], **tables}
+
+
+def assert_same(a: dict, b: dict, exact: bool) -> None:
+    assert a.keys() == b.keys()
+    for name in a:
+        if exact:
+            assert torch.equal(a[name], b[name]), name
+        else:
+            torch.testing.assert_close(a[name], b[name], msg=name)
+
+
+def test_gcn_resumes_at_another_size_and_recovers_from_a_killed_rank(tmp_path, parts):
+    # the uninterrupted runs, at K = 1 and 2, saving checkpoints on the way (epochs 4, 8, 10 and 6, 10)
+    ok(haloflow(*GCN, "--partitions", parts[1], "--epochs", 10, "--save", tmp_path / "full1.pt",
+                "--checkpoint-dir", tmp_path / "c1", "--checkpoint-every", 4, "--checkpoint-keep", 3))
+    ok(haloflow(*GCN, "--partitions", parts[2], "--nproc", 2, "--epochs", 10, "--save", tmp_path / "full2.pt",
+                "--checkpoint-dir", tmp_path / "c2", "--checkpoint-every", 6))
+    # 2 -> 1: epoch 6 of the K=2 run, continued in one process
+    out = ok(haloflow(*GCN, "--partitions", parts[1], "--epochs", 10, "--resume", tmp_path / "c2" / "step-00000006",
+                      "--save", tmp_path / "a.pt"))
+    assert re.search(r"resumed after epoch\s+6\b", out.stdout), out.stdout
+    assert_same(gcn_weights(tmp_path / "full1.pt"), gcn_weights(tmp_path / "a.pt"), exact=False)
+    # 1 -> 4: epoch 4 of the single process, continued on 4 ranks
+    ok(haloflow(*GCN, "--partitions", parts[4], "--nproc", 4, "--epochs", 10, "--resume",
+                tmp_path / "c1" / "step-00000004", "--save", tmp_path / "b.pt"))
+    assert_same(gcn_weights(tmp_path / "full1.pt"), gcn_weights(tmp_path / "b.pt"), exact=False)
+    # kill rank 1 at epoch 7, restart from the checkpoint of epoch 6: the fault-free K=2 run, bit for bit
+    out = ok(haloflow(*GCN, "--partitions", parts[2], "--nproc", 2, "--epochs", 10, "--checkpoint-dir",
+                      tmp_path / "c", "--checkpoint-every", 3, "--max-restarts", 1, "--fail-at", 7,
+                      "--fail-rank", 1, "--save", tmp_path / "c.pt"))
+    assert "--fail-at 7: killing this rank" in out.stderr and re.search(r"resumed after epoch\s+6\b", out.stdout)
+    assert_same(gcn_weights(tmp_path / "full2.pt"), gcn_weights(tmp_path / "c.pt"), exact=True)
+
+
+def test_dlrm_resumes_at_another_size_and_recovers_from_a_killed_rank(tmp_path):
+    # the uninterrupted runs (40 steps), at K = 1 (checkpoints 15, 30, 40) and K = 2 (25, 40)
+    ok(haloflow(*DLRM, "--checkpoint-dir", tmp_path / "full1", "--checkpoint-every", 15, "--checkpoint-keep", 3))
+    ok(haloflow(*DLRM, "--nproc", 2, "--checkpoint-dir", tmp_path / "full2", "--checkpoint-every", 25))
+    # 2 -> 1 from step 25, 1 -> 4 from step 15
+    ok(haloflow(*DLRM, "--resume", tmp_path / "full2" / "step-00000025", "--checkpoint-dir", tmp_path / "a1"))
+    assert_same(dlrm_weights(tmp_path / "full1"), dlrm_weights(tmp_path / "a1"), exact=False)
+    ok(haloflow(*DLRM, "--nproc", 4, "--resume", tmp_path / "full1" / "step-00000015", "--checkpoint-dir",
+                tmp_path / "b4"))
+    assert_same(dlrm_weights(tmp_path / "full1"), dlrm_weights(tmp_path / "b4"), exact=False)
+    # rank 0 killed at step 25, everyone restarted from step 20: the fault-free K=2 run, bit for bit
+    out = ok(haloflow(*DLRM, "--nproc", 2, "--checkpoint-dir", tmp_path / "c", "--checkpoint-every", 10,
+                      "--max-restarts", 1, "--fail-at", 25, "--fail-rank", 0))
+    assert "--fail-at 25: killing this rank" in out.stderr and re.search(r"resumed after step\s+20\b", out.stdout)
+    assert_same(dlrm_weights(tmp_path / "full2"), dlrm_weights(tmp_path / "c"), exact=True)
+
+
+def test_a_killed_rank_without_restarts_ends_the_job_naming_it(tmp_path, parts):
+    t0 = time.perf_counter()
+    proc = haloflow(*GCN, "--partitions", parts[2], "--nproc", 2, "--epochs", 50, "--timeout", 10,
+                    "--fail-at", 3, "--fail-rank", 1)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("haloflow: error: rank 1 (pid ") and "of 2 died without a message" in last, last
+    assert time.perf_counter() - t0 < 90
+
+
+def test_restarts_need_a_checkpoint_dir_and_nproc(cli_fails, parts):
+    cli_fails([*GCN, "--partitions", parts[2], "--nproc", 2, "--max-restarts", 1], "--max-restarts needs "
+              "--checkpoint-dir")
+    cli_fails([*GCN, "--partitions", parts[1], "--max-restarts", 1, "--checkpoint-dir", "x"],
+              "--max-restarts restarts the ranks --nproc starts")
