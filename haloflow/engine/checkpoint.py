@@ -115,6 +115,8 @@ class Piece:
     rows: tuple[int, int]
     cols: tuple[int, int]
     arrays: dict[str, torch.Tensor] = field(default_factory=dict)
+    ids: torch.Tensor | None = None  # global row ids of scattered rows (e.g. a partition's nodes); then ``rows``
+    # is only the table's whole range and the arrays' rows follow ``ids``
 
 
 class LoadedCheckpoint:
@@ -131,7 +133,7 @@ class LoadedCheckpoint:
         """Array ``name`` of ``table`` over global ``rows`` x ``cols``, assembled from the pieces that overlap it
         (whatever plan wrote them). Per-row arrays ((rows,) or (rows, 1)) ignore ``cols``."""
         found = [p for p in self.manifest["pieces"] if p["table"] == table and p["name"] == name
-                 and p["rows"][0] < rows[1] and rows[0] < p["rows"][1]]
+                 and not p.get("ids_key") and p["rows"][0] < rows[1] and rows[0] < p["rows"][1]]
         if not found:
             raise CheckpointError(f"{self.path}: holds no {name!r} rows of table {table}")
         out, covered = None, None
@@ -157,6 +159,32 @@ class LoadedCheckpoint:
         if not bool(covered.all()):
             raise CheckpointError(f"{self.path}: its pieces of table {table} do not cover rows {rows[0]}..{rows[1]} "
                                   f"x columns {cols[0]}..{cols[1]} of {name!r}")
+        return out
+
+    def rows_at(self, table: int, ids: torch.Tensor, name: str) -> torch.Tensor:
+        """Array ``name`` of ``table`` at the global row ``ids`` (int64, distinct), from pieces saved with ``ids``
+        (scattered rows: whichever rank owned them)."""
+        ids = ids.cpu().long()
+        found = [p for p in self.manifest["pieces"] if p["table"] == table and p["name"] == name
+                 and p.get("ids_key")]
+        if not found:
+            raise CheckpointError(f"{self.path}: holds no {name!r} rows of table {table} by id")
+        size = max([int(ids.max()) + 1 if ids.numel() else 0, *(p["rows"][1] for p in found)])
+        where = torch.full((size,), -1, dtype=torch.int64)
+        where[ids] = torch.arange(ids.numel())
+        out, seen = None, torch.zeros(ids.numel(), dtype=torch.bool)
+        for p in found:
+            blob = self._open(p["file"])
+            data, their_ids = blob[p["key"]], blob[p["ids_key"]]
+            if out is None:
+                out = torch.empty((ids.numel(), *data.shape[1:]), dtype=data.dtype)
+            pos = where[their_ids]
+            keep = pos >= 0
+            out[pos[keep]] = data[keep]
+            seen[pos[keep]] = True
+        if not bool(seen.all()):
+            missing = ids[~seen][:5].tolist()
+            raise CheckpointError(f"{self.path}: has no {name!r} row of table {table} for ids {missing}")
         return out
 
     def has_rows(self, table: int, name: str) -> bool:
@@ -252,11 +280,15 @@ class Checkpointer:
             name = f"rows-rank{lay.rank}.pt"
             blob = {}
             for i, p in enumerate(pieces):
+                ids_key = None
+                if p.ids is not None:
+                    ids_key = f"{i}.ids"
+                    blob[ids_key] = p.ids.detach().cpu().long().contiguous().clone()
                 for arr_name, arr in p.arrays.items():
                     key = f"{i}.{arr_name}"
                     blob[key] = arr.detach().cpu().contiguous().clone()  # a view would save its whole storage
                     index.append({"file": name, "key": key, "table": int(p.table), "name": arr_name,
-                                  "rows": [int(p.rows[0]), int(p.rows[1])],
+                                  "rows": [int(p.rows[0]), int(p.rows[1])], "ids_key": ids_key,
                                   "cols": None if arr.dim() == 1 else [int(p.cols[0]), int(p.cols[1])]})
             files[name] = _save(tmp / name, blob)
         atomic_write_text(tmp / f"files-rank{lay.rank}.json", json.dumps({"files": files, "pieces": index}))

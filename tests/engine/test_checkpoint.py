@@ -109,6 +109,18 @@ def test_pieces_of_one_cut_are_re_cut_for_another(tmp_path):
         loaded.rows(0, (0, 10), (0, 5), "weight")
 
 
+def test_scattered_rows_saved_by_id_are_read_back_for_other_owners(tmp_path):
+    memory = torch.arange(20, dtype=torch.float32).view(10, 2)  # node v's row is [2v, 2v+1]
+    owners = [torch.tensor([7, 1, 4, 0, 9]), torch.tensor([2, 3, 5, 6, 8])]  # two ranks' nodes, scattered
+    pieces = [Piece(0, (0, 10), (0, 2), {"memory": memory[ids]}, ids=ids) for ids in owners]
+    _writer(tmp_path).save(1, _state(1), pieces)
+    loaded = open_checkpoint(tmp_path)
+    for ids in (torch.tensor([3, 9, 0]), torch.arange(10)):  # another partition's nodes, in its row order
+        assert torch.equal(loaded.rows_at(0, ids, "memory"), memory[ids])
+    with pytest.raises(CheckpointError, match=r"no 'memory' row of table 0 for ids \[12\]"):
+        loaded.rows_at(0, torch.tensor([12]), "memory")
+
+
 def test_a_piece_cut_from_a_big_table_is_saved_alone(tmp_path):
     big = torch.zeros(100_000, 4)  # 1.6 MB; the piece is 10 rows of it (a view into its storage)
     path = _writer(tmp_path).save(1, _state(1), [Piece(0, (0, 10), (0, 4), {"weight": big[:10]})])

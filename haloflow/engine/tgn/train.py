@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -35,11 +35,12 @@ from haloflow.data.jagged import split_sizes
 from haloflow.data.paths import check_output_parent
 from haloflow.data.temporal import TemporalEvents, chronological_split, inductive_nodes
 from haloflow.data.temporal_sampler import NegativeSampler, TemporalCSR
+from haloflow.engine.checkpoint import Piece
 from haloflow.engine.comm import CommStats, all_gather_cat, all_gather_rows
 from haloflow.engine.grad_sync import BucketedGradSync
 from haloflow.engine.runtime import Runtime, RuntimeConfig, TrainResult, synchronize
 from haloflow.engine.tgn.memory import NodeOwners, ShardedMemory
-from haloflow.errors import ConfigError
+from haloflow.errors import CheckpointError, ConfigError, HaloflowError
 from haloflow.models.temporal_metrics import average_precision, mean_reciprocal_rank, roc_auc
 from haloflow.models.tgn import TGN, TGNConfig, make_tgn_batch, tgn_batch_loss, tgn_messages
 from haloflow.models.tgn_memory import MemoryRows
@@ -218,28 +219,41 @@ def train_tgn(config: TGNTrainConfig, *, events: TemporalEvents | None = None) -
 def _train(config: TGNTrainConfig, rt: Runtime, events: TemporalEvents | None) -> TGNTrainResult:
     lay = rt.layout
     run = TGNRun(config, rt, events)
-    rt.started()
     batches = _batches(run.train_ids, config.batch_size)[: config.max_train_batches]
-    epoch_losses, batch_losses, fetch_bytes, train_events = [], [], [], 0
-    reporter = rt.reporter(total=config.epochs * len(batches), unit="batch", desc=f"train tgn (K={lay.world_size})")
+    nb, steps = len(batches), config.epochs * len(batches)
+    ckpt = rt.checkpointer("tgn", {"model": asdict(run.model.config), "nodes": run.events.num_nodes,
+                                   "events": run.events.num_events, "batch_size": config.batch_size,
+                                   "train_batches": nb, "inductive_fraction": config.inductive_fraction})
+    done, epoch_losses, batch_losses, epoch_sum = _resume(ckpt, run, steps)
+    rt.started()
+    fetch_bytes, train_events = [], 0
+    reporter = rt.reporter(total=steps, unit="batch", desc=f"train tgn (K={lay.world_size})", done=done)
     t0 = time.perf_counter()
     try:
-        for epoch in range(config.epochs):
-            run.memory.reset()  # TGN starts every epoch from an empty memory
+        for epoch in range(done // nb, config.epochs):
+            if done % nb == 0:
+                run.memory.reset()  # TGN starts every epoch from an empty memory
+                epoch_sum = 0.0
             run.model.train()
-            total = 0.0
-            for ids in batches:
+            for ids in batches[done % nb:]:
+                ckpt.maybe_fail(done + 1)
                 run.stats.reset()
                 loss, _, _ = run.step(ids, run.train_neg.sample(ids, stream=epoch), run.train_csr, epoch=epoch,
                                       train=True)
                 value = float(all_gather_rows([float(loss)], lay.group, "batch loss").sum())  # the global loss
                 batch_losses.append(value)
                 fetch_bytes.append(run.stats.bytes["tgn_fetch"])
-                total += value * ids.shape[0]
+                epoch_sum += value * ids.shape[0]
                 train_events += ids.shape[0]
+                done += 1
                 reporter.update({"loss": value})
-            epoch_losses.append(total / max(sum(b.shape[0] for b in batches), 1))
-            rt.metrics.write({"kind": "epoch", "epoch": epoch, "loss": epoch_losses[-1]})
+                if done % nb == 0:
+                    epoch_losses.append(epoch_sum / max(sum(b.shape[0] for b in batches), 1))
+                    rt.metrics.write({"kind": "epoch", "epoch": epoch, "loss": epoch_losses[-1]})
+                if ckpt.due(done, steps):
+                    ckpt.save(done, {"model": _cpu(run.model.state_dict()), "optimizer": run.opt.state_dict(),
+                                     "epoch_losses": epoch_losses, "batch_losses": batch_losses,
+                                     "epoch_sum": epoch_sum, "rng": torch.get_rng_state()}, [_memory_piece(run)])
     finally:
         reporter.close()
     synchronize(lay.device)
@@ -257,6 +271,52 @@ def _train(config: TGNTrainConfig, rt: Runtime, events: TemporalEvents | None) -
         devices={"model": {p.device.type for p in run.model.parameters()},
                  "memory": {run.memory.local.memory.device.type}},
     )
+
+
+_MEMORY_FIELDS = ("memory", "last_update", "mail_other", "mail_feat", "mail_t", "mail_eid")
+
+
+def _owned(run: TGNRun) -> torch.Tensor:
+    """Global ids of this rank's nodes, in the order of its memory rows."""
+    owners, rank = run.memory.owners, run.rt.layout.rank
+    gids = np.nonzero(owners.owner == rank)[0]
+    return torch.from_numpy(gids[np.argsort(owners.row[gids], kind="stable")]).long()
+
+
+def _memory_piece(run: TGNRun) -> Piece:
+    """This rank's memory and mailbox rows, saved by global node id (any partition re-reads them)."""
+    local = run.memory.local
+    return Piece(0, (0, run.events.num_nodes), (0, local.memory_dim),
+                 {name: getattr(local, name) for name in _MEMORY_FIELDS}, ids=_owned(run))
+
+
+def _resume(ckpt, run: TGNRun, steps: int) -> tuple[int, list[float], list[float], float]:
+    """Batches done, epoch and batch losses, and the running sum of the epoch in progress: from the checkpoint
+    ``ckpt`` resumes (model, Adam, RNG and this rank's memory and mailbox rows restored), else nothing done."""
+    loaded = ckpt.load()
+    if loaded is None:
+        return 0, [], [], 0.0
+    if loaded.step >= steps:
+        raise ConfigError(f"{loaded.path} is at batch {loaded.step}, and this run stops at batch {steps}: nothing "
+                          "left to train; give more --epochs", field="epochs")
+    try:
+        run.model.load_state_dict(loaded.state["model"])
+        run.opt.load_state_dict(loaded.state["optimizer"])
+        gids, local = _owned(run), run.memory.local
+        with torch.no_grad():
+            for name in _MEMORY_FIELDS:
+                getattr(local, name).copy_(loaded.rows_at(0, gids, name).to(local.memory.device))
+        torch.set_rng_state(loaded.state["rng"])
+        return (loaded.step, [float(x) for x in loaded.state["epoch_losses"]],
+                [float(x) for x in loaded.state["batch_losses"]], float(loaded.state["epoch_sum"]))
+    except (KeyError, TypeError, RuntimeError, ValueError) as err:
+        if isinstance(err, HaloflowError):
+            raise
+        raise CheckpointError(f"{loaded.path}: does not fit this model ({str(err).splitlines()[0][:200]})") from None
+
+
+def _cpu(state: dict) -> dict:
+    return {k: v.detach().cpu().clone() for k, v in state.items()}
 
 
 @torch.no_grad()
