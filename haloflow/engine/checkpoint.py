@@ -99,7 +99,7 @@ class CheckpointConfig:
         if self.dir is not None and self.dir.exists() and not self.dir.is_dir():
             raise ConfigError(f"checkpoint dir {self.dir} is a file; expected a folder", field="checkpoint_dir")
         if self.resume is not None and not self.resume.is_dir():
-            raise ConfigError(f"resume {self.resume}: no such checkpoint folder", field="resume")
+            raise ConfigError(f"{self.resume}: no such checkpoint folder", field="resume")
         if self.fail_at is not None and self.fail_at < 1:
             raise ConfigError(f"fail at must be >= 1, got {self.fail_at}", field="fail_at")
         if self.fail_rank < 0:
