@@ -39,6 +39,7 @@ import torch
 
 from haloflow.data.jagged import ClickBatch, JaggedBatch
 from haloflow.errors import ConfigError, PartitionFormatError
+from haloflow.utils.checksum import crc32_file
 
 __all__ = [
     "SPLITS",
@@ -47,6 +48,7 @@ __all__ = [
     "sparse_names",
     "ClickParquetWriter",
     "load_metadata",
+    "verify_file",
     "ClickLoaderConfig",
     "ClickLoader",
 ]
@@ -185,6 +187,10 @@ class ClickParquetWriter:
                 s: {"file": f"{s}.parquet", "rows": self.rows[s], "row_groups": self.row_groups[s]} for s in SPLITS
             },
             "options": options,
+            # size and CRC-32 of every file, checked before a reader parses it: Arrow's Parquet reader trusts the
+            # footer it decodes, and a flipped byte there can abort the process instead of raising
+            "files": {p.name: {"size": p.stat().st_size, "crc32": crc32_file(p)}
+                      for p in [*(self.folder / f"{s}.parquet" for s in SPLITS), self.folder / "id_counts.npz"]},
             **(extra or {}),
         }
         (self.folder / "metadata.json").write_text(json.dumps(meta, indent=2) + "\n")
@@ -209,6 +215,24 @@ def load_metadata(folder: Path | str) -> dict:
         )
     _check_metadata(path, meta)
     return meta
+
+
+def verify_file(folder: Path | str, meta: dict, name: str) -> Path:
+    """``folder/name`` after checking its size and CRC-32 against metadata.json's ``files`` (folders written before
+    the checksums were recorded are read unchecked). Raises PartitionFormatError naming the file."""
+    path = Path(folder) / name
+    if not path.is_file():
+        raise PartitionFormatError(f"{path}: missing; the folder {folder} is incomplete")
+    info = meta.get("files", {}).get(name)
+    if info is None:
+        return path
+    size = path.stat().st_size
+    if size != info["size"]:
+        raise PartitionFormatError(f"{path} is truncated or altered: {size} bytes, expected {info['size']}")
+    crc = crc32_file(path)
+    if crc != info["crc32"]:
+        raise PartitionFormatError(f"{path} is corrupt: CRC-32 {crc:#010x}, expected {info['crc32']:#010x}")
+    return path
 
 
 def _is_count(v, low: int = 0) -> bool:
@@ -237,6 +261,11 @@ def _check_metadata(path: Path, meta: dict) -> None:
         if Path(entry["file"]).name != entry["file"]:
             raise PartitionFormatError(f"{path}: splits.{split}.file is {entry['file']!r}, expected a file name "
                                        "inside the folder")
+    files = meta.get("files", {})
+    if not isinstance(files, dict) or not all(
+            isinstance(f, dict) and _is_count(f.get("size")) and _is_count(f.get("crc32")) for f in files.values()):
+        raise PartitionFormatError(f"{path}: files is {str(files)[:80]}, expected {{NAME: {{\"size\": bytes, "
+                                   "\"crc32\": int}}}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -319,9 +348,7 @@ class ClickLoader:
         self.folder = Path(folder)
         self.config = config
         self.meta = load_metadata(folder)
-        self.path = self.folder / self.meta["splits"][config.split]["file"]
-        if not self.path.is_file():
-            raise PartitionFormatError(f"{self.path}: missing; the folder {self.folder} is incomplete")
+        self.path = verify_file(self.folder, self.meta, self.meta["splits"][config.split]["file"])
         self.num_dense = int(self.meta["num_dense"])
         self.num_sparse = int(self.meta["num_sparse"])
         self.table_sizes = tuple(self.meta["table_sizes"])
@@ -343,8 +370,12 @@ class ClickLoader:
         if md.num_rows != entry["rows"] or md.num_row_groups != entry["row_groups"]:
             raise PartitionFormatError(f"{self.path}: {md.num_rows} rows in {md.num_row_groups} row groups, but "
                                        f"metadata.json says {entry['rows']} in {entry['row_groups']}")
-        want = ["label", *dense_names(self.num_dense), *sparse_names(self.num_sparse)]
         have = pf.schema_arrow.names
+        if len(have) != 1 + self.num_dense + self.num_sparse:  # before naming num_dense columns (it may be 10**12)
+            raise PartitionFormatError(f"{self.path}: {len(have)} columns, but metadata.json's num_dense = "
+                                       f"{self.num_dense} and {self.num_sparse} tables need 1 + {self.num_dense} + "
+                                       f"{self.num_sparse}")
+        want = ["label", *dense_names(self.num_dense), *sparse_names(self.num_sparse)]
         if have != want:
             missing = [c for c in want if c not in have]
             raise PartitionFormatError(f"{self.path}: columns {have[:3]}..{have[-1:]} ({len(have)}), expected label, "

@@ -173,11 +173,54 @@ def read_planetoid(folder: str | os.PathLike, name: str = "cora") -> GraphDatase
 
 def _dense_matrix(path: Path, obj) -> np.ndarray:
     """A 2-D float32 array from a scipy sparse matrix or numpy array."""
-    if hasattr(obj, "toarray") and hasattr(obj, "shape"):
-        obj = obj.toarray()
+    import scipy.sparse as sp
+
+    if sp.issparse(obj):
+        obj = _checked_sparse(path, obj).toarray()
     if not isinstance(obj, np.ndarray) or obj.ndim != 2:
         raise InputFormatError(path, f"expected a 2-D matrix, found {type(obj).__name__}")
-    return obj.astype(np.float32, copy=False)
+    try:
+        return obj.astype(np.float32, copy=False)
+    except (TypeError, ValueError) as err:  # an object array, strings
+        raise InputFormatError(path, f"expected a matrix of numbers, found dtype {obj.dtype} ({err})") from None
+
+
+def _checked_sparse(path: Path, m):
+    """``m`` as a CSR matrix whose structure has been checked. A pickle restores a matrix's arrays as stored, and
+    scipy's ``toarray`` trusts them: a flipped byte in ``indices`` writes outside the dense array (a segfault)."""
+    import scipy.sparse as sp
+
+    from haloflow.utils.memory import available_bytes, format_bytes
+
+    try:
+        shape = tuple(int(d) for d in m.shape)
+        if len(shape) != 2 or min(shape) < 0:
+            raise ValueError(f"shape {shape}")
+        need, have = 4 * shape[0] * shape[1], available_bytes()
+        if have is not None and need > have:
+            raise InputFormatError(path, f"a {shape[0]:,} x {shape[1]:,} matrix needs {format_bytes(need)} dense, "
+                                         f"more than the {format_bytes(have)} free (is the file corrupt?)")
+        if m.format in ("csr", "csc"):
+            m.check_format(full_check=True)  # indptr monotone and within indices, every index inside the shape
+            return m.tocsr()
+        if m.format == "coo":
+            row, col = np.asarray(m.row, dtype=np.int64), np.asarray(m.col, dtype=np.int64)
+            data = np.asarray(m.data)
+        elif m.format == "lil":
+            lengths = [len(r) for r in m.rows]
+            row = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
+            col = np.concatenate([np.asarray(r, dtype=np.int64).ravel() for r in m.rows] or [np.zeros(0, np.int64)])
+            data = np.concatenate([np.asarray(d).ravel() for d in m.data] or [np.zeros(0)])
+        else:
+            raise ValueError(f"sparse format {m.format!r}")
+        if len(m.rows if m.format == "lil" else row) != shape[0] and m.format == "lil":
+            raise ValueError(f"{len(m.rows)} row lists for {shape[0]} rows")
+        return sp.coo_matrix((data, (row, col)), shape=shape).tocsr()  # the constructor checks the indices
+    except InputFormatError:
+        raise
+    except Exception as err:  # a garbled matrix raises anything from a TypeError to scipy's ValueErrors
+        raise InputFormatError(path, f"a corrupt sparse matrix ({type(err).__name__}: {err}): expected a "
+                                     "well-formed scipy sparse matrix") from None
 
 
 def _argmax_or_missing(onehot: np.ndarray) -> np.ndarray:
@@ -196,12 +239,28 @@ def _check_test_ids(path: Path, ids: np.ndarray, num_labelled: int) -> None:
         raise InputFormatError(path, f"test id {dup} is listed {int(counts.max())} times: expected each once")
 
 
+def _node_id(v) -> int:
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+        raise TypeError(f"found {v!r}")
+    return int(v)
+
+
+def _id_array(v) -> np.ndarray:
+    arr = np.asarray(v).ravel()
+    if arr.size and arr.dtype.kind not in "iu":
+        raise TypeError(f"found {arr[:3].tolist()!r}")
+    return arr.astype(np.int64)
+
+
 def _dict_edges(path: Path, adjacency, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
     """``{node: [neighbours]}`` -> ``(src, dst)`` int64; one Python step per node, not per edge."""
     if not isinstance(adjacency, dict):
         raise InputFormatError(path, f"expected a dict of adjacency lists, found {type(adjacency).__name__}")
-    keys = np.fromiter(adjacency.keys(), dtype=np.int64, count=len(adjacency))
-    lists = [np.asarray(v, dtype=np.int64).ravel() for v in adjacency.values()]
+    try:  # keys and neighbours must be integers: a string or float in a damaged file is not a node id
+        keys = np.fromiter((_node_id(k) for k in adjacency.keys()), dtype=np.int64, count=len(adjacency))
+        lists = [_id_array(v) for v in adjacency.values()]
+    except (TypeError, ValueError, OverflowError) as err:
+        raise InputFormatError(path, f"expected integer node ids in the adjacency lists ({err})") from None
     src = np.repeat(keys, [a.shape[0] for a in lists])
     dst = np.concatenate(lists) if lists else np.zeros(0, dtype=np.int64)
     ids = np.concatenate([src, dst])

@@ -163,7 +163,8 @@ class PartitionMeta:
             )
         except KeyError as err:
             raise PartitionFormatError(f"{path}: missing field {err.args[0]!r}") from None
-        except (TypeError, ValueError, AttributeError, ConfigError) as err:  # a field of the wrong JSON type
+        except (TypeError, ValueError, AttributeError, OverflowError, IndexError, ConfigError) as err:
+            # a field of the wrong JSON type (a list for a number, inf or 2**63 for an int, a short list)
             raise PartitionFormatError(f"{path}: invalid contents: {err}") from None
 
 
@@ -293,7 +294,7 @@ def _load_array(part_dir: Path, rel: str, meta: PartitionMeta, *, mmap: bool, ve
     info = meta.files[rel]
     try:
         arr = np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
-    except (ValueError, OSError, EOFError) as err:
+    except Exception as err:  # a garbled header raises ValueError, SyntaxError, tokenize's TokenError, ...
         raise PartitionFormatError(f"{path}: not a readable .npy file: {err}") from None
     if arr.dtype.str != info.dtype or tuple(arr.shape) != info.shape:
         raise PartitionFormatError(

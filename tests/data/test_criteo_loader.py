@@ -106,3 +106,22 @@ def test_errors(tmp_path, rng):
     (tmp_path / "x" / "metadata.json").write_text(json.dumps({"format": "other", "version": 9}))
     with pytest.raises(PartitionFormatError, match="format 'other' version 9, expected 'haloflow-clicks'"):
         ClickLoader(tmp_path / "x", ClickLoaderConfig(batch_size=4))
+
+
+def test_damaged_or_edited_folders_are_one_error_naming_the_file(tmp_path):
+    out = tmp_path / "syn"
+    ClickLogGenerator(ClickLogConfig(scale=1e-4, max_rows=20)).write_parquet(out, {"train": 40, "val": 8, "test": 8},
+                                                                             row_group_size=16)
+    data = (out / "train.parquet").read_bytes()
+    (out / "train.parquet").write_bytes(data[:-20] + bytes([data[-20] ^ 1]) + data[-19:])  # in the footer
+    with pytest.raises(PartitionFormatError, match=r"train.parquet is corrupt: CRC-32"):
+        ClickLoader(out, ClickLoaderConfig(batch_size=4))
+    (out / "train.parquet").write_bytes(data)
+    meta = json.loads((out / "metadata.json").read_text())
+    for field, value, message in [("num_dense", 10**12, r"but metadata.json's num_dense = 1000000000000"),
+                                  ("table_sizes", [2] * 26, r"column C\d+ holds id \d+, but metadata.json's "
+                                                            r"table_sizes\[\d+\] = 2"),
+                                  ("table_sizes", "26", r"table_sizes is 26, expected a non-empty list")]:
+        (out / "metadata.json").write_text(json.dumps({**meta, field: value}))
+        with pytest.raises(PartitionFormatError, match=message):
+            ClickLoader(out, ClickLoaderConfig(batch_size=4))

@@ -203,3 +203,19 @@ def test_read_planetoid_bad_test_index_and_missing_files(tmp_path, rng):
         read_planetoid(tmp_path, "citeseer")
     with pytest.raises(FileNotFoundError, match="ind.pubmed.x"):
         read_planetoid(tmp_path, "pubmed")
+
+
+def test_a_sparse_matrix_with_indices_outside_its_shape_is_an_error_not_a_crash(tmp_path, rng):
+    """A pickle restores a CSR matrix's arrays as stored; scipy's toarray would write outside the array."""
+    bad = sp.csr_matrix(np.eye(NUM_ALL, F, dtype=np.float32))
+    bad.indices[0] = 10**6  # as a flipped byte leaves it
+    make_planetoid(tmp_path, rng, allx=bad)
+    with pytest.raises(InputFormatError, match=r"ind.citeseer.allx: a corrupt sparse matrix"):
+        read_planetoid(tmp_path, name="citeseer")
+
+
+@pytest.mark.parametrize("graph", [{"a": [1]}, {0: ["x"]}, {1.5: [2]}])
+def test_an_adjacency_dict_without_integer_ids_is_an_error(tmp_path, rng, graph):
+    make_planetoid(tmp_path, rng, graph=graph)
+    with pytest.raises(InputFormatError, match=r"ind.citeseer.graph: expected integer node ids"):
+        read_planetoid(tmp_path, name="citeseer")

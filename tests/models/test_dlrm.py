@@ -117,3 +117,9 @@ def test_training_on_synthetic_clicks_beats_a_constant_predictor(one_thread):
         logloss = dlrm_loss(model(held_out.dense, held_out.sparse), held_out.labels).item()
     print(f"held-out logloss {logloss:.4f}, label entropy {entropy:.4f}")
     assert logloss < entropy - 0.03, (logloss, entropy)
+
+
+def test_a_model_larger_than_free_memory_is_refused_before_allocating():
+    with pytest.raises(ConfigError, match=r"the model needs at least [\d.]+ TiB \(2 tables of 2,000,000 rows in all "
+                                          r"x embedding_dim 1000000000"):
+        DLRM(DLRMConfig(table_sizes=(10**6, 10**6), num_dense=13, embedding_dim=10**9, bottom_mlp=(8,), top_mlp=(8,)))

@@ -148,3 +148,14 @@ def test_load_errors_name_file_found_and_expected(tmp_path, setup):
     (out / "meta.json").write_text("{not json")
     with pytest.raises(PartitionFormatError, match=r"meta.json: not valid JSON at line 1"):
         load_meta(out)
+
+
+@pytest.mark.parametrize("field, value", [("num_classes", float("inf")), ("num_parts", 2**63), ("bounds", [0]),
+                                          ("files", [1]), ("stats", {"num_nodes": float("nan")})])
+def test_meta_fields_of_the_wrong_type_are_a_format_error(tmp_path, setup, field, value):
+    out, _ = _save(tmp_path, setup)
+    meta = json.loads((out / "meta.json").read_text())
+    meta[field] = value
+    (out / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(PartitionFormatError, match=r"meta.json: "):
+        verify_partition(out)

@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 
 from haloflow.errors import HaloflowError
 
-__all__ = ["SWEEP", "COUNTS", "USER_ERRORS", "mutate", "check_clean", "BAD_TOKENS", "BAD_NUMBERS"]
+__all__ = ["SWEEP", "COUNTS", "USER_ERRORS", "mutate", "mutate_json", "check_clean", "BAD_TOKENS", "BAD_NUMBERS"]
 
 # Every sweep test: reproducible in CI (derandomize), no example database written into the work tree, no
 # per-example deadline (the first example of a reader pays numba's and pyarrow's warm-up) but a bound checked
@@ -110,6 +110,44 @@ def mutate(data: st.DataObject, raw: bytes, *, compress: bool = True) -> bytes:
         if data.draw(st.booleans()):
             raw = raw[: data.draw(st.integers(0, max(len(raw) - 1, 0)))]
     return raw
+
+
+def _paths(obj, prefix=()) -> list[tuple]:
+    """Every path (tuple of keys and indices) into a JSON value, the value itself first."""
+    out = [prefix]
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            out += _paths(v, prefix + (k,))
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj[:8]):  # a few entries of a long list are enough
+            out += _paths(v, prefix + (i,))
+    return out
+
+
+def mutate_json(data: st.DataObject, obj):
+    """``obj`` (parsed JSON) with 1-3 drawn edits: a value replaced by a bad one (BAD_NUMBERS: negative, huge,
+    NaN, inf, a string, null, a list, a bool) or by a neighbour changed by -1/+1/x2, or a key removed."""
+    import copy
+    import math
+
+    obj = copy.deepcopy(obj)
+    for _ in range(data.draw(st.integers(1, 3))):
+        paths = [p for p in _paths(obj) if p]
+        if not paths:
+            return data.draw(st.sampled_from(BAD_NUMBERS))
+        path = data.draw(st.sampled_from(paths))
+        parent = obj
+        for key in path[:-1]:
+            parent = parent[key]
+        key, old = path[-1], parent[path[-1]]
+        kind = data.draw(st.sampled_from(["bad", "bad", "nudge", "delete"]))
+        if kind == "delete" and isinstance(parent, dict):
+            del parent[key]
+        elif kind == "nudge" and isinstance(old, (int, float)) and not isinstance(old, bool) and math.isfinite(old):
+            parent[key] = data.draw(st.sampled_from([old - 1, old + 1, old * 2, -old]))
+        else:
+            parent[key] = data.draw(st.sampled_from(BAD_NUMBERS))
+    return obj
 
 
 def check_clean(what: str, call, *names: str):

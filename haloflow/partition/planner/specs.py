@@ -139,7 +139,7 @@ def _int(v, key: str) -> int:
 
 
 def _from_folder(folder: Path, dim: int, max_bins: int) -> tuple[TableSpec, ...]:
-    from haloflow.data.criteo_loader import load_metadata
+    from haloflow.data.criteo_loader import load_metadata, verify_file
 
     meta = load_metadata(folder)
     sizes = meta.get("table_sizes")
@@ -147,12 +147,19 @@ def _from_folder(folder: Path, dim: int, max_bins: int) -> tuple[TableSpec, ...]
         raise InputFormatError(folder / "metadata.json", f"'table_sizes' is {sizes!r}, expected a list of ints")
     train_rows = int(meta.get("splits", {}).get("train", {}).get("rows", 0))
     counts_path = folder / "id_counts.npz"
-    counts = np.load(counts_path) if counts_path.is_file() else None
+    counts = None
+    if counts_path.is_file():
+        verify_file(folder, meta, counts_path.name)
+        try:
+            with np.load(counts_path, allow_pickle=False) as npz:
+                counts = {name: npz[name] for name in npz.files}
+        except Exception as err:  # a damaged zip raises BadZipFile, ValueError, OSError, ...
+            raise InputFormatError(counts_path, f"not a readable .npz file ({type(err).__name__}: {err})") from None
     specs = []
     for t, n in enumerate(sizes):
         name = f"C{t + 1}"
         hist, pooling = None, 1.0
-        if counts is not None and name in counts.files:
+        if counts is not None and name in counts:
             c = counts[name]
             if c.shape != (n,):
                 raise InputFormatError(counts_path, f"{name} has shape {c.shape}, expected ({n},) from metadata.json")
