@@ -219,3 +219,15 @@ def test_a_csv_of_something_else_is_not_an_empty_data_set(cli_fails, tmp_path):
     same.write_text("0\t1\n")
     cli_fails(["preprocess", "criteo", same, tmp_path / "." / "same.txt", "--out", tmp_path / "o"], "is given twice")
     assert not (tmp_path / "o").exists()
+
+
+# ------------------------------------------------------------------------------------------- found by the sweep
+def test_binary_plan_and_table_files_are_one_line(cli_fails, tmp_path):
+    blob = bytes([0x80, 0xFB]) + bytes(range(256))
+    for name in ("tables.json", "tables.csv"):
+        (tmp_path / name).write_bytes(blob)
+        cli_fails(["plan-tables", "--tables", tmp_path / name, "--world-size", 2, "--memory-per-rank", "1GiB"],
+                  f"{name}: not text")
+    (tmp_path / "plan.json").write_bytes(blob)
+    cli_fails(["train", "dlrm", "--synthetic", "--plan", tmp_path / "plan.json", "--max-steps", 1, "--no-progress"],
+              "plan.json: not text")

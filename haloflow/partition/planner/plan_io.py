@@ -67,7 +67,11 @@ def load_plan(path: str | os.PathLike) -> ShardingPlan:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"plan file {path} not found; expected a JSON plan from `haloflow plan-tables --out`")
-    return plan_from_json(path.read_text(), source=str(path))
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise PlanError(f"{path}: not text ({err.reason} at byte {err.start}): expected a JSON plan") from None
+    return plan_from_json(text, source=str(path))
 
 
 def _plain(x):

@@ -64,6 +64,11 @@ def load_table_specs(source: str | Path, *, dim: int = 16, max_bins: int = 4096)
     if not path.exists():
         raise FileNotFoundError(f"tables file {path} not found; expected 'kaggle', a .json or .csv file, or a "
                                 f"folder written by `haloflow preprocess`")
+    try:
+        path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise InputFormatError(path, f"not text ({err.reason} at byte {err.start}): expected a .json or .csv "
+                                     "table file") from None
     suffix = path.suffix.lower()
     if suffix == ".json":
         return _from_json(path, dim)
