@@ -98,7 +98,8 @@ def run_command(prog: str, func: Callable[[argparse.Namespace], int | None], arg
     try:
         result = func(args)
     except _USER_ERRORS as err:
-        print(f"{prog}: error: {err}", file=sys.stderr)
+        if not os.environ.get(ERROR_DIR_ENV):  # under `--nproc`, the launcher prints the first rank's line once
+            print(f"{prog}: error: {err}", file=sys.stderr)
         _tell_the_launcher("error", str(err))
         return 2
     except KeyboardInterrupt:

@@ -13,6 +13,7 @@ same flags the user gave.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import tempfile
@@ -94,9 +95,12 @@ def relaunch_if_asked(args: argparse.Namespace) -> int | None:
         return None  # a rank started by our own relaunch (or a matching torchrun): train here
     from haloflow.cli import ERROR_DIR_ENV
 
+    from haloflow.engine.torchrun_main import REPORT_ENV
+
     with tempfile.TemporaryDirectory(prefix="haloflow-ranks-") as notes:
-        status = launch_torchrun(args.nproc, ["-m", "haloflow", *_without_nproc(args.argv)],
-                                 env={ERROR_DIR_ENV: notes}, max_restarts=args.max_restarts).returncode
+        env = {ERROR_DIR_ENV: notes, REPORT_ENV: str(Path(notes, "torchrun.json"))}
+        status = launch_torchrun(args.nproc, ["-m", "haloflow", *_without_nproc(args.argv)], env=env,
+                                 max_restarts=args.max_restarts, report=True).returncode
         if status != 0:
             return _report_failure(Path(notes), args.nproc, args.max_restarts, status)
     return status
@@ -114,15 +118,24 @@ def _report_failure(notes: Path, nproc: int, max_restarts: int, status: int) -> 
     last = max(attempts)
     started, done, stopped, errors = (ranks(w, last) for w in ("started", "done", "stopped", "error"))
     dead = sorted(set(started) - set(done) - set(stopped))
+    try:
+        report = json.loads((notes / "torchrun.json").read_text())
+    except (OSError, ValueError):
+        report = {}
+    signals = {int(r): f.get("signal") for r, f in report.get("failures", {}).items()}
+    first = report.get("first")
+    if first is not None and first in started and first not in done:
+        dead = [first] + [r for r in dead if r != first]  # torchrun's root cause first
     restarts = f" after {last} restart{'s' if last != 1 else ''}" if max_restarts else ""
     if dead:
-        who = ", ".join(f"rank {r} (pid {started[r].read_text().strip()})" for r in dead)
+        how = {r: f"killed by {signals[r]}" if signals.get(r) else "killed by a signal or a crash" for r in dead}
+        who = ", ".join(f"rank {r} (pid {started[r].read_text().strip()}, {how[r]})" for r in dead)
         seen = ""
         if errors:
             r = min(errors)
             seen = f"; rank {r} saw: {errors[r].read_text()}"
-        print(f"haloflow: error: {who} of {nproc} died without a message (killed by a signal, e.g. kill -9 or the "
-              f"out-of-memory killer){restarts}; the other ranks were stopped{seen}", file=sys.stderr)
+        print(f"haloflow: error: {who} of {nproc} died without a message (kill -9, the out-of-memory killer or a "
+              f"crash){restarts}; the other ranks were stopped{seen}", file=sys.stderr)
         return 1
     if errors:  # a user's mistake found by a rank: its one line, and exit 2
         r = min(errors)

@@ -247,11 +247,11 @@ class Checkpointer:
         if manifest.get("kind") != self.kind:
             raise CheckpointError(f"{path}: a checkpoint of a {manifest.get('kind')} run, but this run trains "
                                   f"{self.kind}")
-        theirs = manifest.get("identity", {})
-        for key in sorted(set(theirs) | set(self.identity)):
-            if theirs.get(key) != self.identity.get(key):
+        theirs, ours = _flat(manifest.get("identity", {})), _flat(self.identity)
+        for key in sorted(set(theirs) | set(ours)):
+            if theirs.get(key) != ours.get(key):
                 raise CheckpointError(f"{path}: {key} differs: the checkpoint has {theirs.get(key)!r}, this run has "
-                                      f"{self.identity.get(key)!r}")
+                                      f"{ours.get(key)!r}")
         log.info("resuming from %s (step %s, written by %s ranks)", path, manifest["step"], manifest["world_size"])
         return loaded
 
@@ -344,6 +344,17 @@ def open_checkpoint(path: str | os.PathLike) -> LoadedCheckpoint:
         path = found
     manifest = _read_manifest(path)
     return LoadedCheckpoint(path, manifest, _load_checked(path, "state.pt", manifest))
+
+
+def _flat(identity: dict, prefix: str = "") -> dict:
+    """``{"model": {"hidden_dim": 16}}`` -> ``{"model.hidden_dim": 16}``, so a mismatch names the inner field."""
+    out = {}
+    for key, value in identity.items():
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
 
 
 def newest(root: Path) -> Path | None:

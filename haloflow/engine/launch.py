@@ -20,20 +20,22 @@ __all__ = ["torchrun_command", "launch_torchrun"]
 log = logging.getLogger(__name__)
 
 
-def torchrun_command(nproc: int, target: Sequence[str], *, max_restarts: int = 0) -> list[str]:
+def torchrun_command(nproc: int, target: Sequence[str], *, max_restarts: int = 0, report: bool = False) -> list[str]:
     """``python -m torch.distributed.run --standalone --nproc-per-node K [--max-restarts N] *target``.
 
     ``target`` is a script and its arguments, or ``["-m", module, *arguments]``. ``--standalone`` lets the
     rendezvous store bind a free port itself: a port picked here and released would race with other launches.
-    With ``max_restarts`` > 0, torchrun restarts every rank when one fails, up to that many times.
+    With ``max_restarts`` > 0, torchrun restarts every rank when one fails, up to that many times. With ``report``,
+    ``haloflow.engine.torchrun_main`` runs torchrun instead: a failure is a JSON report, not a traceback.
     """
     if nproc < 1:
         raise ConfigError(f"--nproc must be >= 1, got {nproc}")
     if max_restarts < 0:
         raise ConfigError(f"--max-restarts must be >= 0, got {max_restarts}")
     restarts = ["--max-restarts", str(max_restarts)] if max_restarts else []
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc),
-            *restarts, *map(str, target)]
+    entry = "haloflow.engine.torchrun_main" if report else "torch.distributed.run"
+    return [sys.executable, "-m", entry, "--standalone", "--nproc-per-node", str(nproc), *restarts,
+            *map(str, target)]
 
 
 def launch_torchrun(
@@ -43,6 +45,7 @@ def launch_torchrun(
     threads_per_rank: int | None = None,
     env: dict[str, str] | None = None,
     max_restarts: int = 0,
+    report: bool = False,
     **run_kwargs,
 ) -> subprocess.CompletedProcess:
     """Run ``target`` as ``nproc`` local ranks under torchrun and wait for them (``subprocess.run``).
@@ -54,11 +57,13 @@ def launch_torchrun(
             cores // nproc, so that K ranks share the cores instead of each taking all of them.
         env: extra environment variables for the ranks (over this process's environment).
         max_restarts: how many times torchrun may restart the ranks after one fails (0: none).
+        report: write the ranks' exit codes to ``$HALOFLOW_TORCHRUN_REPORT`` on failure instead of torchrun's
+            traceback (``torchrun_main``).
         run_kwargs: passed to ``subprocess.run`` (``capture_output``, ``timeout``, ``cwd``, ...). On a timeout
             the ranks are stopped too: torchrun starts each rank in a session of its own, so killing torchrun
             (what ``subprocess.run`` does) would leave them running, holding the cores and the output pipes.
     """
-    cmd = torchrun_command(nproc, target, max_restarts=max_restarts)
+    cmd = torchrun_command(nproc, target, max_restarts=max_restarts, report=report)
     threads = threads_per_rank or os.environ.get("OMP_NUM_THREADS") or max(1, (os.cpu_count() or 1) // nproc)
     full_env = {**os.environ, "OMP_NUM_THREADS": str(threads), **(env or {})}
     log.info("starting: %s", " ".join(cmd))
