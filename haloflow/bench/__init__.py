@@ -43,4 +43,7 @@ BENCHMARKS: dict[str, Benchmark] = {
     "cache": Benchmark("haloflow.bench.cache",
                        "embedding cache: hit rate per policy against Belady; mmap table through a cache vs np.memmap",
                        "2"),
+    "dlrm-memory": Benchmark("haloflow.bench.dlrm_memory",
+                             "per-rank peak RSS of sharded (and cached) Kaggle tables at K = 1, 2, 4 vs the plan",
+                             "3"),
 }

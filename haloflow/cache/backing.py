@@ -97,17 +97,25 @@ class BackingStore:
     # ------------------------------------------------------------------------------------------ building
     @classmethod
     def in_memory(cls, num_rows: int, dim: int, optimizer: RowOptimizer, *, weight: Tensor | None = None,
-                  seed: int = 0, pin: bool | None = None, name: str = "table") -> BackingStore:
+                  seed: int = 0, pin: bool | None = None, name: str = "table", copy: bool = True) -> BackingStore:
         """A table in host memory: ``weight`` (N, D) copied in, or ``uniform_rows(N, D, seed=seed)``.
 
-        ``pin`` None pins when CUDA is available.
+        ``pin`` None pins when CUDA is available. ``copy=False`` keeps ``weight`` itself as the table when it can
+        (a contiguous float32 host tensor, not to be pinned), so that building a large table does not hold it twice;
+        the caller must then not use ``weight`` elsewhere.
         """
         _check_size(name, num_rows, dim, weight)
         pin = torch.cuda.is_available() if pin is None else pin
+        keep = (not copy and not pin and weight is not None and weight.device.type == "cpu"
+                and weight.dtype == torch.float32 and weight.is_contiguous())
         arrays = {}
         for k, (shape, init) in _array_shapes(num_rows, dim, optimizer).items():
-            arrays[k] = torch.full(shape, init, dtype=torch.float32, pin_memory=pin)
-        arrays["weight"].copy_(weight if weight is not None else uniform_rows(num_rows, dim, seed=seed))
+            if k == "weight" and keep:
+                arrays[k] = weight.detach()
+            else:
+                arrays[k] = torch.full(shape, init, dtype=torch.float32, pin_memory=pin)
+        if not keep:
+            arrays["weight"].copy_(weight if weight is not None else uniform_rows(num_rows, dim, seed=seed))
         return cls(arrays, optimizer, name=name)
 
     @classmethod

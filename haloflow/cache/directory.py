@@ -109,6 +109,12 @@ class SlotDirectory:
         self.slot_id[slots], self.id_slot[ids] = ids, slots
         return ids, slots
 
+    @property
+    def nbytes(self) -> int:
+        """Host bytes of the maps and the policy: 8 (N + 2 S) + the policy's (8 N for every policy here), i.e.
+        16 bytes per row and per slot; a ``cached`` plan counts them in the table's host memory."""
+        return self.id_slot.nbytes + self.slot_id.nbytes + 8 * self.num_slots + self.policy.nbytes
+
     def lookup(self, ids: np.ndarray) -> np.ndarray:
         """Slots of ``ids`` (-1 where not cached)."""
         return self.id_slot[ids]

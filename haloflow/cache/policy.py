@@ -47,6 +47,10 @@ class LRUPolicy(CachePolicy):
     def scores(self, ids: np.ndarray) -> np.ndarray:
         return self._last[ids]
 
+    @property
+    def nbytes(self) -> int:
+        return self._last.nbytes
+
 
 class LFUPolicy(CachePolicy):
     """Least frequently used: evict the row looked up in the fewest batches so far."""
@@ -64,6 +68,10 @@ class LFUPolicy(CachePolicy):
 
     def scores(self, ids: np.ndarray) -> np.ndarray:
         return self._count[ids]
+
+    @property
+    def nbytes(self) -> int:
+        return self._count.nbytes
 
 
 class FrequencyPolicy(CachePolicy):
@@ -95,6 +103,10 @@ class FrequencyPolicy(CachePolicy):
 
     def scores(self, ids: np.ndarray) -> np.ndarray:
         return self._hist[ids]
+
+    @property
+    def nbytes(self) -> int:
+        return self._hist.nbytes
 
     def warm_start(self, num_slots: int) -> np.ndarray:
         order = np.argsort(-self._hist, kind="stable")  # hottest first, smaller id first among equals

@@ -114,6 +114,11 @@ class CachePolicy(abc.ABC):
         """Row ids to load before the first batch (at most ``num_slots``); none by default."""
         return np.empty(0, dtype=np.int64)
 
+    @property
+    def nbytes(self) -> int:
+        """Host bytes of the policy's state (one int64 per row for LRU, LFU and frequency)."""
+        return 0
+
 
 @dataclass
 class CacheStats:

@@ -25,6 +25,16 @@ def test_host_table_reads_and_writes_rows_with_their_state():
     assert b.row_bytes == 16 and not b.pinned  # no CUDA here
 
 
+def test_a_host_table_can_keep_its_initial_weight_instead_of_a_copy():
+    w = torch.arange(12.0).view(6, 2)
+    kept = BackingStore.in_memory(6, 2, Adagrad(), weight=w, copy=False, pin=False)
+    copied = BackingStore.in_memory(6, 2, Adagrad(), weight=w, pin=False)
+    assert kept.arrays["weight"].data_ptr() == w.data_ptr() and copied.arrays["weight"].data_ptr() != w.data_ptr()
+    assert torch.equal(copied.arrays["weight"], w) and kept.arrays["sum"].shape == (6, 2)
+    strided = BackingStore.in_memory(6, 2, SGD(), weight=w.t().contiguous().t(), copy=False, pin=False)
+    assert torch.equal(strided.arrays["weight"], w) and strided.arrays["weight"].is_contiguous()  # copied
+
+
 def test_memory_mapped_table_survives_close_and_reopen(tmp_path):
     w = torch.randn(1000, 4)
     b = BackingStore.create(tmp_path / "t", 1000, 4, RowWiseAdagrad(lr=0.3), weight=w)

@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from haloflow.bench import BENCHMARKS
 from haloflow.cli import main
 
@@ -54,3 +56,19 @@ def test_script_wrapper_runs_the_same_code(tmp_path):
                            "--out", str(out)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads(out.read_text())
+
+
+@pytest.mark.slow
+def test_dlrm_memory_ranks_hold_exactly_the_plans_bytes(tmp_path, capsys):
+    # Two real gloo ranks on a cached plan of small Kaggle-shaped tables (and the overhead run): each rank's
+    # embedding storage (device and host) equals the plan's bytes for it, and the table and JSON come out.
+    out = tmp_path / "mem.json"
+    main(["bench", "dlrm-memory", "--ks", "2", "--kinds", "cached", "--max-rows", "5000", "--overhead-rows", "200",
+          "--steps", "3", "--batch-size", "256", "--out", str(out)])
+    report = json.loads(out.read_text())
+    (run,) = report["runs"]
+    assert run["world_size"] == 2 and run["run"]["plan_kinds"].get("cached", 0) > 0
+    for r in run["run"]["ranks"]:
+        assert (r["storage_device"], r["storage_host"]) == (r["plan_device"], r["plan_host"])
+        assert r["peak_rss"] > r["plan_device"] + r["plan_host"]
+    assert "peak RSS" in capsys.readouterr().out

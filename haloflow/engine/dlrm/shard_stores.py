@@ -83,7 +83,7 @@ class ShardStores:
             raise ConfigError(f"table {name!r}: {slots} cache slots for a shard of {n} rows; expected 1..{n}",
                               field="cache_rows")
         if self.backing_dir is None:
-            backing = BackingStore.in_memory(n, d, self.optimizer, weight=weight, name=name)
+            backing = BackingStore.in_memory(n, d, self.optimizer, weight=weight, name=name, copy=False)
         else:
             backing = BackingStore.create(self.backing_dir / name, n, d, self.optimizer, weight=weight, name=name,
                                           overwrite=True)
@@ -94,9 +94,10 @@ class ShardStores:
 
 
 def store_bytes(store: RowStore) -> tuple[int, int]:
-    """(device bytes, host bytes) a store holds: rows and optimizer state, and a cache's slots."""
+    """(device bytes, host bytes) a store holds: rows and optimizer state; for a cache, its slots on the device,
+    and the backing rows, the row <-> slot maps and the policy's per-row state on the host."""
     if isinstance(store, CachedStore):
         device = sum(a.numel() * a.element_size() for a in store.slots.values())
-        host = sum(a.numel() * a.element_size() for a in store.backing.arrays.values())
+        host = sum(a.numel() * a.element_size() for a in store.backing.arrays.values()) + store.directory.nbytes
         return device, host
     return sum(a.numel() * a.element_size() for a in store.state_dict().values()), 0

@@ -22,7 +22,9 @@ One training step of a global batch B on K ranks (each rank holds b = B/K sample
     cached table (one shard, the whole table, on rank r; S of its R rows in device slots): the table-wise
       traffic, plus host <-> device traffic on r of 2·m·D·e·(1 + optimizer_slots) bytes - every miss loads a
       row with its state, and evicts (writes back) a dirty one - for m = u·(1 - hit rate(S)) misses among the
-      u distinct ids of the global batch; device memory S·D·e·(1 + optimizer_slots), host memory the table's.
+      u distinct ids of the global batch; device memory S·D·e·(1 + optimizer_slots), host memory the table's
+      plus the cache's maps and policy state, 2·8·(R + S) bytes (row -> slot and the policy's score per row,
+      slot -> row and the free list per slot: ``SlotDirectory.nbytes``).
       hit rate(S): the table's miss-ratio curve (``TableSpec.cache_curve``) interpolated, or estimated from
       its id histogram as the S most frequent rows' share of distinct lookups (uniform ids: S / R)
 
@@ -169,6 +171,12 @@ class EmbeddingCostModel:
         seen_cum = np.concatenate([[0.0], np.cumsum((per_bin * seen)[order])])  # expected distinct ids there
         return np.interp(slots, rows_cum, seen_cum) / max(seen_cum[-1], 1e-300)
 
+    @staticmethod
+    def cache_index_bytes(rows, slots):
+        """Host bytes of a cache's maps and policy state: int64 row -> slot and score per row, int64 slot -> row
+        and free-list entry per slot (``haloflow.cache.SlotDirectory.nbytes``)."""
+        return 16 * (np.asarray(rows) + np.asarray(slots))
+
     def cached_host_traffic(self, spec: TableSpec, slots) -> np.ndarray:
         """Host <-> device bytes per step of ``spec`` cached in ``slots`` device rows (on the rank holding it)."""
         u = self.table_unique(spec, 1)  # distinct ids of the global batch: the holder serves every rank
@@ -226,8 +234,10 @@ class EmbeddingCostModel:
         fields = {f: per_rank(getattr(rep, f), getattr(client, f), getattr(extra, f))
                   for f in ("lookup", "a2a_in", "a2a_out", "allreduce", "host")}
         memory = np.bincount(rank, self.shard_memory(device_rows, cols).astype(np.float64), k)  # (K,)
-        host_rows = np.where(device_rows != rows, rows, 0)  # a cached table: every row in host memory
-        in_host = np.bincount(rank, self.shard_memory(host_rows, cols).astype(np.float64), k)  # (K,)
+        cached = device_rows != rows
+        host_rows = np.where(cached, rows, 0)  # a cached table: every row in host memory, and its cache's maps
+        host_bytes = self.shard_memory(host_rows, cols) + self.cache_index_bytes(host_rows, np.where(cached, device_rows, 0))
+        in_host = np.bincount(rank, np.asarray(host_bytes, dtype=np.float64), k)  # (K,)
         out = []
         for j in range(k):
             t = Traffic(**{f: float(v[j]) for f, v in fields.items()})

@@ -69,6 +69,21 @@ def test_one_rank_of_every_kind_trains_bit_for_bit_what_store_tables_train(name,
     assert not torch.equal(rows[2]["weight"], common.small_model().embeddings.tables[2].weight)  # it trained
 
 
+def test_caches_over_memory_mapped_backing_folders_train_the_same(tmp_path):
+    config = common.small_model().config
+    plan = parity.store_plan(1, "adagrad")
+    runs = []
+    for backing_dir in (None, tmp_path / "tables"):
+        stores = ShardStores(optimizer=make_optimizer({"name": "adagrad", "lr": parity.LR}),
+                             cache=CacheConfig(num_slots=2), backing_dir=backing_dir)
+        runs.append(_train(build_sharded_dlrm(config, plan, None, stores=stores), sharded=True, name="adagrad"))
+    in_memory, mapped = runs
+    assert mapped.embeddings.shard_bags[0].store.backing.path == tmp_path / "tables" / "t0"
+    for key in ("weight", "sum"):
+        for a, b in zip(in_memory.embeddings.full_tables(key), mapped.embeddings.full_tables(key)):
+            assert torch.equal(a, b)
+
+
 def test_which_store_each_shard_gets():
     # t0 cached by the plan (2 of its 11 rows), t1 whole in memory, t2 a data-parallel replica
     plan = ShardingPlan(1, (TablePlan("t0", 0, ShardingType.CACHED, (Shard(0, 0, 11, 0, 4),), cache_rows=2),
@@ -79,9 +94,11 @@ def test_which_store_each_shard_gets():
     assert isinstance(t0, CachedStore) and t0.num_slots == 2 and isinstance(t1, MemoryStore)
     assert isinstance(coll.replica_bags[0].store, MemoryStore)
     assert list(coll.parameters()) == []  # no torch optimizer sees the tables
-    # Adagrad keeps one float of state per weight: device = 2 cached rows x 2 + (7 + 13) rows x 2, host = t0 x 2
+    # Adagrad keeps one float of state per weight: device = 2 cached rows x 2 + (7 + 13) rows x 2; host = t0 x 2
+    # and the cache's int64 maps (row -> slot, LRU's last use, slot -> row, free list)
     row = 4 * 4
-    assert coll.storage().device == row * 2 * (2 + 7 + 13) and coll.storage().host == row * 2 * 11
+    assert coll.storage().device == row * 2 * (2 + 7 + 13)
+    assert coll.storage().host == row * 2 * 11 + 8 * (11 + 11 + 2 + 2)
     with_ratio = ShardedEmbeddingCollection.from_plan(plan, (11, 7, 13), 4, seed=0, group=None,
                                                       stores=_stores("sgd", CacheConfig(ratio=0.5)))
     assert [bag.store.num_slots for bag in with_ratio.shard_bags] == [2, 4]  # the plan's 2; ceil(0.5 x 7)

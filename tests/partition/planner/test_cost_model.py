@@ -84,8 +84,10 @@ def test_hand_computed_costs_of_a_cached_table():
     assert c1.traffic.host == pytest.approx(2 * 0.6 * u * 32) and c0.traffic.host == 0
     tw = cm.rank_costs(ShardingPlan(2, (TablePlan("c", 0, TW, (Shard(1, 0, 10, 0, 4),)),)), [spec], topo)
     assert c1.cost == pytest.approx(tw[1].cost + c1.traffic.host / 2.0) and c0.cost == pytest.approx(tw[0].cost)
-    # device: the 4 slots with their state; host: the whole table with its state
-    assert (c1.memory.device, c1.memory.host) == (4 * 32, 10 * 32) and (c0.memory.device, c0.memory.host) == (0, 0)
+    # device: the 4 slots with their state; host: the whole table with its state, and the cache's int64 maps
+    # (row -> slot and the policy's score per row, slot -> row and the free list per slot)
+    assert (c1.memory.device, c1.memory.host) == (4 * 32, 10 * 32 + 16 * (10 + 4))
+    assert (c0.memory.device, c0.memory.host) == (0, 0)
 
 
 def test_hit_rates_from_a_curve_a_histogram_or_uniform_ids():

@@ -128,7 +128,7 @@ def test_a_table_larger_than_the_budget_gets_the_largest_cache_on_its_curve_that
         plan_tables([spec], topo)  # not without the cached kind
     plan = _cached_planner(topo).plan([spec])
     assert plan.tables[0] == TablePlan("t", 0, ShardingType.CACHED, (Shard(0, 0, 1000, 0, 4),), cache_rows=499)
-    assert plan.per_rank[0].memory == Storage(device=499 * 16, host=1000 * 16)
+    assert plan.per_rank[0].memory == Storage(device=499 * 16, host=1000 * 16 + 16 * (1000 + 499))
     # a table that fits stays whole on the device: caching only adds misses
     small = TableSpec(name="t", num_rows=400, dim=4, cache_curve=[(100, 0.5)])
     assert _cached_planner(topo).plan([small]).tables[0].sharding is TW
