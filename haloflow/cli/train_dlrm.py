@@ -58,7 +58,8 @@ def register(subparsers) -> None:
                    "MLPs then use Adagrad); default sgd")
     p.add_argument("--cache-ratio", type=float, default=None, metavar="R",
                    help="keep this fraction of each table's rows in a software cache on the device, the rest in "
-                   "host memory (e.g. 0.01); default: whole tables on the device")
+                   "host memory (e.g. 0.01; with --nproc/--plan, of each shard's rows); default: whole tables on the "
+                   "device (a plan's cached tables get their planned caches either way)")
     p.add_argument("--cache-policy", choices=("lru", "lfu", "frequency"), default=d.cache_policy,
                    help="which rows stay cached (default lru)")
     p.add_argument("--synthetic-scale", type=float, default=d.synthetic_scale, help="Kaggle table sizes times this")

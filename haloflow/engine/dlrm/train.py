@@ -66,9 +66,12 @@ class DLRMTrainConfig:
         embedding_dim, bottom_mlp, top_mlp, seed: the model (``DLRMConfig``).
         dp_grad: "sparse" or "dense" sum of data-parallel tables' gradients.
         optimizer: "sgd", "adagrad" or "rowwise_adagrad" for the tables (fused into their row stores for the
-            last two; the MLPs use torch's SGD or Adagrad, row-wise Adagrad being for rows only).
+            last two; the MLPs use torch's SGD or Adagrad, row-wise Adagrad being for rows only). Sharded too;
+            row-wise Adagrad refuses a column-wise table (its per-row accumulator needs every column).
         cache_ratio: keep this fraction of each table's rows in a software cache on the device, the rest (and
             the optimizer state) in host memory (``haloflow.cache``); None: the tables wholly on the device.
+            Sharded, the fraction is of each shard's and replica's rows; a plan's ``cached`` tables have caches
+            of their planned size with or without it.
         cache_policy: "lru", "lfu" or "frequency".
         runtime: device, timeout and output (``RuntimeConfig``; ``log_jsonl`` gets every JSON record).
     """
