@@ -117,15 +117,41 @@ def _host_key() -> int:
     return zlib.crc32(socket.gethostname().encode())
 
 
-def register_peers(group: Group | None) -> None:
+_ROLL_CALL: dict = {}  # "store": a key-value store every rank reaches, "prefix": this run's keys in it
+
+
+def register_peers(group: Group | None, store=None, prefix: str = "") -> None:
     """Learn every rank's host and pid (one small gather at start-up), so that a failed collective can say which
-    peer process has gone (``peer_note``)."""
+    peer process has gone (``peer_note``); with ``store`` (the rendezvous store), also which rank is silent."""
     global _PEERS
+    _ROLL_CALL.clear()
     if group is None:
         _PEERS = []
         return
     rows = all_gather_rows([_host_key(), os.getpid()], group, "exchanging process ids")
     _PEERS = [(int(h), int(p)) for h, p in rows.tolist()]
+    if store is not None:
+        _ROLL_CALL.update(store=store, prefix=prefix)
+
+
+def _roll_call(wait_s: float = 3.0) -> list[int] | None:
+    """After a failed collective: every rank still running answers in the store; the ranks that do not within
+    ``wait_s`` are the silent ones (hung, or stopped in a long computation). None when there is no store."""
+    store, prefix = _ROLL_CALL.get("store"), _ROLL_CALL.get("prefix", "")
+    if store is None:
+        return None
+    me = dist.get_rank() if dist.is_initialized() else 0
+    try:
+        store.set(f"{prefix}roll/{me}", "here")
+        missing = set(range(len(_PEERS))) - {me}
+        deadline = time.perf_counter() + wait_s
+        while missing and time.perf_counter() < deadline:
+            missing = {r for r in missing if not store.check([f"{prefix}roll/{r}"])}
+            if missing:
+                time.sleep(0.1)
+        return sorted(missing)
+    except Exception:  # the store itself is gone (the launcher died): nothing more to learn
+        return None
 
 
 def _exited(pid: int) -> bool:
@@ -154,6 +180,10 @@ def peer_note() -> str:
     gone = [f"rank {r} (pid {pid})" for r, pid in local if _exited(pid)]
     if gone:
         return f"{', '.join(gone)} ha{'s' if len(gone) == 1 else 've'} exited"
+    silent = _roll_call()
+    if silent:
+        who = ", ".join(f"rank {r}" + (f" (pid {_PEERS[r][1]})" if _PEERS[r][0] == me else "") for r in silent)
+        return f"{who} stopped answering (its process is still there: hung, or stuck in a long computation)"
     remote = len(_PEERS) - 1 - len(local)
     where = f"; {remote} rank{'s' if remote != 1 else ''} on other hosts not checked" if remote else ""
     return f"no peer process on this host has exited, so one stopped answering within the timeout{where}"

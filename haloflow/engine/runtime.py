@@ -170,6 +170,20 @@ def _attempt_store(world: int, timeout: _dt.timedelta):
     return dist.PrefixStore(f"haloflow/attempt{attempt}/", base)
 
 
+def _roll_call_store() -> tuple:
+    """A client of torchrun's rendezvous store and this attempt's key prefix, for ``comm.peer_note``'s roll call
+    after a failed collective; () outside torchrun or when the store cannot be reached."""
+    if "MASTER_ADDR" not in os.environ or "MASTER_PORT" not in os.environ or not dist.is_initialized():
+        return ()
+    try:
+        store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
+                              timeout=_dt.timedelta(seconds=10))
+    except Exception:  # a store we did not start and cannot reach: the roll call is only an extra
+        return ()
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    return store, f"haloflow/{os.environ.get('TORCHELASTIC_RUN_ID', 'run')}/attempt{attempt}/"
+
+
 def shutdown(*, barrier: bool = True) -> None:
     """Leave the process group cleanly: wait until every rank is done communicating, then destroy it.
 
@@ -257,7 +271,7 @@ class Runtime:
             return cls(config, layout, owns_group=False, t0=t0)
         owns = not dist.is_initialized()
         layout = init_from_env(timeout_s=config.timeout_s, device=config.device, force_distributed=distributed)
-        register_peers(layout.group)  # so that a failed collective can name the rank that has gone
+        register_peers(layout.group, *_roll_call_store())  # so a failed collective can name the rank gone silent
         return cls(config, layout, owns_group=owns and layout.distributed, t0=t0)
 
     def checkpointer(self, kind: str, identity: dict) -> Checkpointer:

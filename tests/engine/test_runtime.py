@@ -112,7 +112,8 @@ def test_lost_rank_fails_the_others_within_the_timeout(tmp_path, mode):
     if mode == "killed":  # the survivor names the rank that has gone
         assert re.search(r"rank 1 \(pid \d+\) has exited", record["error"]), record
     else:
-        assert "no peer process on this host has exited, so one stopped answering" in record["error"], record
+        # the survivors' roll call in the rendezvous store: the rank that does not answer is the silent one
+        assert re.search(r"rank 1 \(pid \d+\) stopped answering", record["error"]), record
     # from the fault to the error: the timeout plus slack for a loaded machine, no hang (the run as a whole,
     # start-up and numba kernels included, only has to end well within the 120 s launch limit)
     assert record["after_fault_s"] < TIMEOUT_S + 10, record
