@@ -39,6 +39,9 @@ __all__ = ["ClickLogConfig", "ClickLogGenerator", "CHUNK"]
 CHUNK = 4096  # samples per independently seeded chunk of the stream
 
 
+MAX_MULTI_HOT = 1024  # mean ids per bag: far above any real feature, and far below numpy's Poisson limit
+
+
 @dataclass(frozen=True, kw_only=True)
 class ClickLogConfig:
     """Shape and statistics of the synthetic log.
@@ -71,8 +74,12 @@ class ClickLogConfig:
         object.__setattr__(self, "table_sizes", tuple(int(s) for s in self.table_sizes))
         if not self.table_sizes or min(self.table_sizes) < 1:
             raise ConfigError(f"table_sizes must be positive, got {self.table_sizes}")
-        if not self.scale > 0:
-            raise ConfigError(f"scale must be > 0, got {self.scale}")
+        if not (self.scale > 0 and math.isfinite(self.scale)):
+            raise ConfigError(f"scale must be a finite number > 0, got {self.scale}")
+        if self.seed < 0:
+            raise ConfigError(f"seed must be >= 0, got {self.seed}")
+        if not (1 <= self.multi_hot <= MAX_MULTI_HOT):  # NaN fails too
+            raise ConfigError(f"multi_hot must be in [1, {MAX_MULTI_HOT}] (mean ids per bag), got {self.multi_hot}")
         if self.max_rows is not None and self.max_rows < 1:
             raise ConfigError(f"max_rows must be >= 1, got {self.max_rows}")
         if self.num_dense < 1 or not self.zipf_exponent > 0 or self.multi_hot < 1:

@@ -98,6 +98,7 @@ class ClickParquetWriter:
         self._pending_rows = dict.fromkeys(SPLITS, 0)
         self.rows = dict.fromkeys(SPLITS, 0)
         self.row_groups = dict.fromkeys(SPLITS, 0)
+        _check_counts_fit(self.table_sizes)
         self.id_counts = [np.zeros(n, dtype=np.int64) for n in self.table_sizes]
 
     def append(self, split: str, labels: np.ndarray, dense: np.ndarray, sparse: np.ndarray | JaggedBatch) -> None:
@@ -195,6 +196,17 @@ class ClickParquetWriter:
         }
         (self.folder / "metadata.json").write_text(json.dumps(meta, indent=2) + "\n")
         return meta
+
+
+def _check_counts_fit(table_sizes: Sequence[int]) -> None:
+    """The writer counts every id of the train split (int64 per table row): refuse sizes that cannot fit."""
+    from haloflow.utils.memory import available_bytes, format_bytes
+
+    need, have = 8 * sum(table_sizes), available_bytes()
+    if have is not None and need > have:
+        raise ConfigError(f"tables of {sum(table_sizes):,} rows in all need {format_bytes(need)} for their id counts, "
+                          f"but this machine has {format_bytes(have)} free: expected smaller tables (a smaller scale, "
+                          "or max_rows)")
 
 
 def load_metadata(folder: Path | str) -> dict:

@@ -38,11 +38,12 @@ from haloflow.errors import ConfigError
 from haloflow.models.aggregate import Aggregator
 from haloflow.models.dropout import keyed_dropout
 
-__all__ = ["GCNConfig", "GCN", "gcn_loss", "CONVS"]
+__all__ = ["GCNConfig", "GCN", "gcn_loss", "CONVS", "MAX_LAYERS"]
 
 log = logging.getLogger(__name__)
 
 CONVS = ("gcn", "sage")
+MAX_LAYERS = 1024  # deeper than the deepest GCNs trained (RevGNN's 1,001 layers); a million would take minutes to build
 _STREAMS = 2  # dropout key = layer * _STREAMS + stream; stream 1 = layer 0's aggregated input (GraphSAGE)
 
 
@@ -63,6 +64,8 @@ class GCNConfig:
         for name in ("in_dim", "out_dim", "hidden_dim", "num_layers"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"GCNConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if self.num_layers > MAX_LAYERS:
+            raise ConfigError(f"GCNConfig.num_layers must be <= {MAX_LAYERS:,}, got {self.num_layers:,}")
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"GCNConfig.dropout must be in [0, 1), got {self.dropout}")
         if self.conv not in CONVS:

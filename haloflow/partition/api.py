@@ -15,6 +15,7 @@ the assignment into contiguous id ranges (the partition book).
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -77,8 +78,9 @@ class PartitionConfig:
                 )
         if len(set(self.balance)) != len(self.balance):
             raise ConfigError(f"PartitionConfig.balance names a weight twice: {self.balance!r}")
-        if not self.imbalance >= 1.0:
-            raise ConfigError(f"PartitionConfig.imbalance must be >= 1.0 (largest part / mean part), got {self.imbalance}")
+        if not (self.imbalance >= 1.0 and math.isfinite(self.imbalance)):
+            raise ConfigError(f"PartitionConfig.imbalance must be a finite number >= 1.0 (largest part / mean part), "
+                              f"got {self.imbalance}")
         if not isinstance(self.seed, (int, np.integer)) or self.seed < 0:
             raise ConfigError(f"PartitionConfig.seed must be an integer >= 0, got {self.seed!r}")
         if not isinstance(self.chunk_size, (int, np.integer)) or self.chunk_size < 1:

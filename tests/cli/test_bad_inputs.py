@@ -231,3 +231,20 @@ def test_binary_plan_and_table_files_are_one_line(cli_fails, tmp_path):
     (tmp_path / "plan.json").write_bytes(blob)
     cli_fails(["train", "dlrm", "--synthetic", "--plan", tmp_path / "plan.json", "--max-steps", 1, "--no-progress"],
               "plan.json: not text")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["partition", "{g}", "--parts", 2, "--imbalance", "inf", "--out", "{tmp}/o"], "--imbalance must be a finite"),
+    (["train", "gcn", "--partitions", "{k1}", "--layers", 1_000_000], "--layers must be <= 1,024, got 1,000,000"),
+    (["train", "gcn", "--partitions", "{k1}", "--save", "{tmp}/x", "--log-jsonl", "{tmp}/./x"],
+     "(--save, --log-jsonl) both name"),
+    (["preprocess", "clicks", "--out", "{tmp}/o", "--multi-hot", "inf"], "multi_hot must be in [1, 1024]"),
+    (["preprocess", "clicks", "--out", "{tmp}/o", "--scale", "inf"], "scale must be a finite number > 0"),
+    (["preprocess", "clicks", "--out", "{tmp}/o", "--seed", -1], "seed must be >= 0"),
+    (["preprocess", "clicks", "--out", "{tmp}/o", "--scale", "1e12"], "for their id counts, but this machine has"),
+])
+def test_flags_the_cli_sweep_broke(cli_fails, folders, tmp_path, argv, message):
+    g = tmp_path / "g.txt"
+    g.write_text("0 1\n1 2\n2 3\n3 0\n")
+    cli_fails([str(a).format(g=g, tmp=tmp_path, k1=folders / "k1") for a in argv], message)
+    assert not (tmp_path / "o").exists() and not (tmp_path / "x").exists()

@@ -41,7 +41,7 @@ def _bad(tmp_path):
         (["criteo", "{bad}", "--out", "{tmp}/o", "--max-ind-range", "5", "--frequency-threshold", "2"], "not both"),
         (["criteo", "{bad}", "--out", "{tmp}/o", "--max-ind-range", "0"], "--max-ind-range must be >= 1, got 0"),
         (["criteo", "{bad}", "--out", "{tmp}", "--max-ind-range", "3"], "already exists"),
-        (["clicks", "--out", "{tmp}/o", "--scale", "-1"], "scale must be > 0"),
+        (["clicks", "--out", "{tmp}/o", "--scale", "-1"], "scale must be a finite number > 0"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, args, message):

@@ -49,7 +49,7 @@ def test_multi_hot_bags():
 
 
 def test_config_errors():
-    with pytest.raises(ConfigError, match="scale must be > 0"):
+    with pytest.raises(ConfigError, match="scale must be a finite number > 0"):
         ClickLogConfig(scale=0)
     with pytest.raises(ConfigError, match="positive_rate in \\(0, 1\\)"):
         ClickLogConfig(positive_rate=1.0)

@@ -33,7 +33,7 @@ from haloflow.engine.grad_sync import BucketedGradSync, GradSyncConfig
 from haloflow.engine.runtime import ParallelLayout, Runtime, RuntimeConfig, TrainResult, save_atomic, synchronize
 from haloflow.errors import CheckpointError, ConfigError
 from haloflow.models.aggregate import LocalAggregator
-from haloflow.models.gcn import CONVS, GCN, GCNConfig, gcn_loss
+from haloflow.models.gcn import CONVS, GCN, MAX_LAYERS, GCNConfig, gcn_loss
 from haloflow.models.spmm import DEFAULT_KERNEL, KERNELS
 from haloflow.partition.types import GraphPart
 from haloflow.utils.memory import available_bytes, format_bytes
@@ -86,6 +86,8 @@ class GCNTrainConfig:
         for name in ("epochs", "hidden_dim", "num_layers"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}", field=name)
+        if self.num_layers > MAX_LAYERS:
+            raise ConfigError(f"num_layers must be <= {MAX_LAYERS:,}, got {self.num_layers:,}", field="num_layers")
         if not (self.lr > 0 and math.isfinite(self.lr)):
             raise ConfigError(f"lr must be a finite number > 0, got {self.lr}", field="lr")
         if not (self.weight_decay >= 0 and math.isfinite(self.weight_decay)):
@@ -100,6 +102,10 @@ class GCNTrainConfig:
         if self.save is not None and Path(self.save).is_dir():
             raise ConfigError(f"save {self.save} is a folder; expected a file name to write", field="save")
         check_output_parent(self.save, "--save")  # checked now: the file is written after training
+        if self.save is not None and self.runtime.log_jsonl is not None and (
+                Path(self.save).resolve() == Path(self.runtime.log_jsonl).resolve()):
+            raise ConfigError(f"save and log_jsonl (--save, --log-jsonl) both name {self.save}: expected two files",
+                              field="save")
         check_output_parent(self.runtime.log_jsonl, "--log-jsonl")
         ckpt = self.runtime.checkpoint
         if self.halo.staleness and (ckpt.dir is not None or ckpt.resume is not None):
