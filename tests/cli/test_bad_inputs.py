@@ -110,6 +110,11 @@ def test_truncated_parquet_is_one_line(cli_fails, clicks, tmp_path):
     data = (cut / "train.parquet").read_bytes()
     (cut / "train.parquet").write_bytes(data[: len(data) // 2])
     cli_fails(["train", "dlrm", "--data", cut, "--max-steps", 2, "--no-progress"],
+              "train.parquet is truncated or altered: ", f"expected {len(data)}")
+    meta = json.loads((cut / "metadata.json").read_text())  # a folder written before sizes were recorded
+    del meta["files"]
+    (cut / "metadata.json").write_text(json.dumps(meta))
+    cli_fails(["train", "dlrm", "--data", cut, "--max-steps", 2, "--no-progress"],
               "train.parquet: not a readable Parquet file, truncated or corrupt")
 
 
