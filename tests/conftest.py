@@ -2,6 +2,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from haloflow.data.paths import data_root
 from haloflow.engine.launch import launch_torchrun
@@ -21,6 +22,15 @@ def shared_data() -> Path:
 @pytest.fixture
 def rng():
     return np.random.default_rng(0)
+
+
+def one_torch_thread():
+    """Torch on one thread for the block (tiny tables: two threads on a shared 2-core machine wait on each
+    other's barriers, 8 ms per tiny embedding_bag instead of 0.03 ms). Wrap it as a fixture where needed."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 def run_torchrun(script: Path | str, nproc: int, args: list[str] = (), timeout: float = 300, env: dict | None = None):

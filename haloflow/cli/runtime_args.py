@@ -124,8 +124,8 @@ def _report_failure(notes: Path, nproc: int, max_restarts: int, status: int) -> 
         report = {}
     signals = {int(r): f.get("signal") for r, f in report.get("failures", {}).items()}
     first = report.get("first")
-    if first is not None and first in started and first not in done:
-        dead = [first] + [r for r in dead if r != first]  # torchrun's root cause first
+    if first in dead:  # torchrun's root cause first
+        dead = [first] + [r for r in dead if r != first]
     restarts = f" after {last} restart{'s' if last != 1 else ''}" if max_restarts else ""
     if dead:
         how = {r: f"killed by {signals[r]}" if signals.get(r) else "killed by a signal or a crash" for r in dead}

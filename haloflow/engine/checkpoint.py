@@ -37,25 +37,32 @@ import re
 import shutil
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import torch
 import torch.distributed as dist
 
-from haloflow.errors import CheckpointError, ConfigError, DistributedError
+from haloflow.errors import CheckpointError, ConfigError, DistributedError, HaloflowError
 from haloflow.utils.atomic import atomic_write_text
 from haloflow.utils.checksum import crc32_file
 
 __all__ = ["CheckpointConfig", "Piece", "Checkpointer", "LoadedCheckpoint", "open_checkpoint", "newest",
-           "restart_count", "FORMAT"]
+           "restart_count", "cpu_state", "FORMAT"]
 
 FORMAT = "haloflow-checkpoint/1"
 RESTART_ENV = "TORCHELASTIC_RESTART_COUNT"  # torchrun: 0 in the first attempt, n after n restarts
 _STEP_DIR = re.compile(r"^step-(\d{8})$")
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+def cpu_state(state: dict) -> dict:
+    """A state dict's tensors copied to the CPU (what a checkpoint or a result keeps)."""
+    return {k: v.detach().cpu().clone() for k, v in state.items()}
 
 
 def restart_count() -> int:
@@ -131,7 +138,7 @@ class LoadedCheckpoint:
 
     def rows(self, table: int, rows: tuple[int, int], cols: tuple[int, int], name: str) -> torch.Tensor:
         """Array ``name`` of ``table`` over global ``rows`` x ``cols``, assembled from the pieces that overlap it
-        (whatever plan wrote them). Per-row arrays ((rows,) or (rows, 1)) ignore ``cols``."""
+        (whatever plan wrote them). Per-row arrays (rows,) ignore ``cols``."""
         found = [p for p in self.manifest["pieces"] if p["table"] == table and p["name"] == name
                  and not p.get("ids_key") and p["rows"][0] < rows[1] and rows[0] < p["rows"][1]]
         if not found:
@@ -141,12 +148,11 @@ class LoadedCheckpoint:
             data = self._open(p["file"])[p["key"]]
             lo, hi = max(rows[0], p["rows"][0]), min(rows[1], p["rows"][1])
             src = data[lo - p["rows"][0]: hi - p["rows"][0]]
-            per_row = data.dim() == 1 or p["cols"] is None
+            per_row = p["cols"] is None  # saved so exactly when the array is (rows,)
             if out is None:
-                shape = (rows[1] - rows[0], *(() if data.dim() == 1 else (data.shape[1],) if per_row
-                                                else (cols[1] - cols[0],)))
-                out = torch.empty(shape, dtype=data.dtype)
-                covered = torch.zeros(rows[1] - rows[0], cols[1] - cols[0] if not per_row else 1, dtype=torch.bool)
+                n, width = rows[1] - rows[0], 1 if per_row else cols[1] - cols[0]
+                out = torch.empty((n,) if per_row else (n, width), dtype=data.dtype)
+                covered = torch.zeros(n, width, dtype=torch.bool)
             if per_row:
                 out[lo - rows[0]: hi - rows[0]] = src
                 covered[lo - rows[0]: hi - rows[0]] = True
@@ -237,6 +243,24 @@ class Checkpointer:
             raise CheckpointError(f"checkpoint dir {cfg.dir} already holds checkpoints (newest {own.name}); pass "
                                   f"--resume {cfg.dir} to continue that run, or choose an empty folder")
         return None
+
+    def resume(self, total: int, unit: str, flag: str, restore: Callable[[LoadedCheckpoint], T]) -> T | None:
+        """Load the checkpoint to start from and hand it to ``restore`` (which puts its state in place and returns
+        what the trainer needs); None when the run starts fresh. A checkpoint already at ``total`` (in ``unit``s)
+        leaves nothing to train: an error naming ``flag``. State that does not fit the model: a CheckpointError."""
+        loaded = self.load()
+        if loaded is None:
+            return None
+        if loaded.step >= total:
+            raise ConfigError(f"{loaded.path} is at {unit} {loaded.step}, and this run stops at {unit} {total}: "
+                              f"nothing left to train; give more {flag}", field=flag.lstrip("-").replace("-", "_"))
+        try:
+            return restore(loaded)
+        except HaloflowError:
+            raise
+        except (KeyError, TypeError, RuntimeError, ValueError) as err:
+            raise CheckpointError(f"{loaded.path}: does not fit this model ({str(err).splitlines()[0][:200]})"
+                                  ) from None
 
     def load(self) -> LoadedCheckpoint | None:
         """Read ``self.source`` (checked) on every rank; None when the run starts fresh."""

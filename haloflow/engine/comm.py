@@ -117,10 +117,10 @@ def _host_key() -> int:
     return zlib.crc32(socket.gethostname().encode())
 
 
-_ROLL_CALL: dict = {}  # "store": a key-value store every rank reaches, "prefix": this run's keys in it
+_ROLL_CALL: list = []  # [a key-value store every rank of this run reaches], or empty
 
 
-def register_peers(group: Group | None, store=None, prefix: str = "") -> None:
+def register_peers(group: Group | None, store=None) -> None:
     """Learn every rank's host and pid (one small gather at start-up), so that a failed collective can say which
     peer process has gone (``peer_note``); with ``store`` (the rendezvous store), also which rank is silent."""
     global _PEERS
@@ -131,22 +131,22 @@ def register_peers(group: Group | None, store=None, prefix: str = "") -> None:
     rows = all_gather_rows([_host_key(), os.getpid()], group, "exchanging process ids")
     _PEERS = [(int(h), int(p)) for h, p in rows.tolist()]
     if store is not None:
-        _ROLL_CALL.update(store=store, prefix=prefix)
+        _ROLL_CALL.append(store)
 
 
 def _roll_call(wait_s: float = 3.0) -> list[int] | None:
     """After a failed collective: every rank still running answers in the store; the ranks that do not within
     ``wait_s`` are the silent ones (hung, or stopped in a long computation). None when there is no store."""
-    store, prefix = _ROLL_CALL.get("store"), _ROLL_CALL.get("prefix", "")
-    if store is None:
+    if not _ROLL_CALL:
         return None
+    store = _ROLL_CALL[0]
     me = dist.get_rank() if dist.is_initialized() else 0
     try:
-        store.set(f"{prefix}roll/{me}", "here")
+        store.set(f"roll/{me}", "here")
         missing = set(range(len(_PEERS))) - {me}
         deadline = time.perf_counter() + wait_s
         while missing and time.perf_counter() < deadline:
-            missing = {r for r in missing if not store.check([f"{prefix}roll/{r}"])}
+            missing = {r for r in missing if not store.check([f"roll/{r}"])}
             if missing:
                 time.sleep(0.1)
         return sorted(missing)

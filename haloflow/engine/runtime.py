@@ -144,7 +144,7 @@ def init_from_env(*, timeout_s: float = 120.0, device: str = "auto", force_distr
         # NCCL binds the group to this rank's device up front (barriers then know where to run)
         extra = {"device_id": dev} if dev.type == "cuda" else {}
         timeout = _dt.timedelta(seconds=timeout_s)
-        store = _attempt_store(world, timeout)
+        store = _attempt_store(timeout)
         if store is not None:
             extra.update(store=store, rank=rank, world_size=world)
         dist.init_process_group(backend=backend, timeout=timeout, **extra)
@@ -155,7 +155,7 @@ def init_from_env(*, timeout_s: float = 120.0, device: str = "auto", force_distr
     )
 
 
-def _attempt_store(world: int, timeout: _dt.timedelta):
+def _attempt_store(timeout: _dt.timedelta):
     """After torchrun restarted the ranks, a store whose keys are this attempt's alone (None otherwise).
 
     torchrun's agent keeps one store for the whole job, so the keys gloo wrote in an earlier attempt (each rank's
@@ -165,23 +165,25 @@ def _attempt_store(world: int, timeout: _dt.timedelta):
     attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
     if attempt == "0" or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
         return None
-    base = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world, is_master=False,
-                         timeout=timeout)
-    return dist.PrefixStore(f"haloflow/attempt{attempt}/", base)
+    return dist.PrefixStore(f"haloflow/attempt{attempt}/", _store_client(timeout))
 
 
-def _roll_call_store() -> tuple:
-    """A client of torchrun's rendezvous store and this attempt's key prefix, for ``comm.peer_note``'s roll call
-    after a failed collective; () outside torchrun or when the store cannot be reached."""
+def _store_client(timeout: _dt.timedelta):
+    """A client of the rendezvous store torchrun's MASTER_ADDR and MASTER_PORT point at."""
+    return dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False, timeout=timeout)
+
+
+def _roll_call_store():
+    """This attempt's part of torchrun's rendezvous store, for ``comm.peer_note``'s roll call after a failed
+    collective; None outside torchrun or when the store cannot be reached (the roll call is only an extra)."""
     if "MASTER_ADDR" not in os.environ or "MASTER_PORT" not in os.environ or not dist.is_initialized():
-        return ()
+        return None
     try:
-        store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
-                              timeout=_dt.timedelta(seconds=10))
-    except Exception:  # a store we did not start and cannot reach: the roll call is only an extra
-        return ()
-    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
-    return store, f"haloflow/{os.environ.get('TORCHELASTIC_RUN_ID', 'run')}/attempt{attempt}/"
+        client = _store_client(_dt.timedelta(seconds=10))
+    except Exception:  # a store this process did not start and cannot reach
+        return None
+    run = os.environ.get("TORCHELASTIC_RUN_ID", "run")
+    return dist.PrefixStore(f"haloflow/{run}/attempt{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/", client)
 
 
 def shutdown(*, barrier: bool = True) -> None:
@@ -271,7 +273,7 @@ class Runtime:
             return cls(config, layout, owns_group=False, t0=t0)
         owns = not dist.is_initialized()
         layout = init_from_env(timeout_s=config.timeout_s, device=config.device, force_distributed=distributed)
-        register_peers(layout.group, *_roll_call_store())  # so a failed collective can name the rank gone silent
+        register_peers(layout.group, _roll_call_store())  # so a failed collective can name the rank gone silent
         return cls(config, layout, owns_group=owns and layout.distributed, t0=t0)
 
     def checkpointer(self, kind: str, identity: dict) -> Checkpointer:

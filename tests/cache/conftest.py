@@ -5,13 +5,10 @@ import numpy as np
 import pytest
 import torch
 
+from tests.conftest import one_torch_thread
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+
+one_thread = pytest.fixture(autouse=True)(one_torch_thread)
 
 
 def zipf_batches(rng: np.random.Generator, num_rows: int, steps: int, nnz: int, bags: int, a: float = 1.3):

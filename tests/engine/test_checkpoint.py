@@ -143,7 +143,7 @@ def test_gcn_resumed_halfway_equals_the_uninterrupted_run(tmp_path):
     for name, w in full.state_dict.items():
         assert torch.equal(w, resumed.state_dict[name]), name
     assert [h.loss for h in full.history] == [h.loss for h in resumed.history]
-    with pytest.raises(ConfigError, match="at epoch 5, and --epochs 5 leaves nothing to train"):
+    with pytest.raises(ConfigError, match="at epoch 5, and this run stops at epoch 5: nothing left to train; give more --epochs"):
         train_gcn(_gcn(tmp_path, 5, resume=tmp_path / "ck"), dataset=data)
     with pytest.raises(CheckpointError, match="hidden_dim"):
         train_gcn(GCNTrainConfig(dataset="in-memory", epochs=8, hidden_dim=8, runtime=RuntimeConfig(

@@ -22,9 +22,10 @@ from haloflow.errors import CheckpointError
 __all__ = ["table_pieces", "load_tables", "dense_state", "load_dense_state"]
 
 
-def _rectangles(embeddings: nn.Module, rank: int) -> list[tuple[int, tuple[int, int], tuple[int, int], object]]:
-    """``(table, rows, cols, holder)`` of every rectangle this rank saves and loads; ``holder`` is an
-    ``nn.Parameter`` or a row store. Replicas are saved by rank 0 only (``rank`` < 0: every rank, for loading)."""
+def _rectangles(embeddings: nn.Module, replicas: bool) -> list[tuple[int, tuple[int, int], tuple[int, int], object]]:
+    """``(table, rows, cols, holder)`` of every rectangle of this rank (its data-parallel replicas too with
+    ``replicas``: every rank loads them, rank 0 alone saves them); ``holder`` is an ``nn.Parameter`` or a row
+    store."""
     out = []
     if hasattr(embeddings, "slots"):  # ShardedEmbeddingCollection
         L = embeddings.layout
@@ -34,7 +35,7 @@ def _rectangles(embeddings: nn.Module, rank: int) -> list[tuple[int, tuple[int, 
             holder = shard_bags[i].store if shard_bags else embeddings.shards[i]
             out.append((s.table, (s.row_offset, s.row_offset + s.num_rows), (s.col_offset, s.col_offset + s.num_cols),
                         holder))
-        if rank <= 0:
+        if replicas:
             for i, t in enumerate(L.dp_tables):
                 holder = replica_bags[i].store if replica_bags else embeddings.replicas[i]
                 out.append((t, (0, L.table_rows[t]), (0, L.dim), holder))
@@ -50,7 +51,7 @@ def _rectangles(embeddings: nn.Module, rank: int) -> list[tuple[int, tuple[int, 
 def table_pieces(embeddings: nn.Module, rank: int) -> list[Piece]:
     """This rank's rectangles of the tables with their optimizer state (row stores flush their caches first)."""
     pieces = []
-    for t, rows, cols, holder in _rectangles(embeddings, rank):
+    for t, rows, cols, holder in _rectangles(embeddings, replicas=rank == 0):
         arrays = dict(holder.state_dict()) if not isinstance(holder, torch.Tensor) else {"weight": holder.detach()}
         pieces.append(Piece(t, rows, cols, arrays))
     return pieces
@@ -59,7 +60,7 @@ def table_pieces(embeddings: nn.Module, rank: int) -> list[Piece]:
 @torch.no_grad()
 def load_tables(embeddings: nn.Module, loaded: LoadedCheckpoint) -> None:
     """Fill this rank's rectangles (and their optimizer state) from the checkpoint's pieces."""
-    for t, rows, cols, holder in _rectangles(embeddings, -1):
+    for t, rows, cols, holder in _rectangles(embeddings, replicas=True):
         if isinstance(holder, torch.Tensor):
             if loaded.has_rows(t, "sum") or loaded.has_rows(t, "row_sum"):
                 raise CheckpointError(f"{loaded.path}: table {t} carries row-optimizer state, but this run's tables "

@@ -31,10 +31,11 @@ from haloflow.data.clicks import CHUNK
 from haloflow.data.jagged import ClickBatch, JaggedBatch, split_sizes
 from haloflow.data.paths import check_output_parent
 from haloflow.engine.comm import all_gather_cat
+from haloflow.engine.checkpoint import cpu_state
 from haloflow.engine.dlrm.checkpoint import dense_state, load_dense_state, load_tables, table_pieces
 from haloflow.engine.dlrm.sharding import build_sharded_dlrm
 from haloflow.engine.runtime import ParallelLayout, Runtime, RuntimeConfig, TrainResult, to_device
-from haloflow.errors import CheckpointError, ConfigError, HaloflowError
+from haloflow.errors import ConfigError
 from haloflow.models.dlrm import DLRM, DLRMConfig, dlrm_loss
 from haloflow.partition.planner.plan_io import load_plan
 from haloflow.partition.planner.planner import table_wise_plan
@@ -243,7 +244,7 @@ def _state(net, layout: ParallelLayout) -> dict:
     them, a collective that materialises every table on every rank)."""
     if layout.distributed:
         return {}
-    return {k: v.detach().cpu().clone() for k, v in net.state_dict().items()}
+    return cpu_state(net.state_dict())
 
 
 def _build_model(config: DLRMTrainConfig, data: _Data, layout: ParallelLayout):
@@ -329,21 +330,14 @@ def _evaluate(net, data: _Data, layout: ParallelLayout, config: DLRMTrainConfig)
 def _resume(ckpt, model: DLRM, opt: torch.optim.Optimizer, total: int) -> tuple[int, int, list[float]]:
     """Steps and samples done and the loss history: from the checkpoint ``ckpt`` resumes (MLPs, their optimizer
     state, this rank's table rectangles and RNG restored in place), else nothing done."""
-    loaded = ckpt.load()
-    if loaded is None:
-        return 0, 0, []
-    if loaded.step >= total:
-        raise ConfigError(f"{loaded.path} is at step {loaded.step}, and this run stops at step {total}: nothing "
-                          "left to train; give more --epochs or --max-steps", field="max_steps")
-    try:
+
+    def restore(loaded) -> tuple[int, int, list[float]]:
         load_dense_state(model, opt, loaded.state["dense"], loaded.path)
         load_tables(model.embeddings, loaded)
         torch.set_rng_state(loaded.state["rng"])
         return loaded.step, int(loaded.state["samples"]), [float(x) for x in loaded.state["losses"]]
-    except (KeyError, TypeError, RuntimeError, ValueError) as err:
-        if isinstance(err, HaloflowError):
-            raise
-        raise CheckpointError(f"{loaded.path}: does not fit this model ({str(err).splitlines()[0][:200]})") from None
+
+    return ckpt.resume(total, "step", "--max-steps", restore) or (0, 0, [])
 
 
 def train_dlrm(config: DLRMTrainConfig, *, on_record: Callable[[dict], None] | None = None) -> DLRMTrainResult:

@@ -27,11 +27,12 @@ import torch
 
 from haloflow.data.graph import GraphDataset
 from haloflow.data.paths import check_output_parent
+from haloflow.engine.checkpoint import cpu_state
 from haloflow.engine.comm import CommStats, all_gather_rows
 from haloflow.engine.gcn.parallelize import HaloConfig, parallelize_gcn
 from haloflow.engine.grad_sync import BucketedGradSync, GradSyncConfig
 from haloflow.engine.runtime import ParallelLayout, Runtime, RuntimeConfig, TrainResult, save_atomic, synchronize
-from haloflow.errors import CheckpointError, ConfigError
+from haloflow.errors import ConfigError
 from haloflow.models.aggregate import LocalAggregator
 from haloflow.models.gcn import CONVS, GCN, MAX_LAYERS, GCNConfig, gcn_loss
 from haloflow.models.spmm import DEFAULT_KERNEL, KERNELS
@@ -345,7 +346,7 @@ def _train(config: GCNTrainConfig, rt: Runtime, dataset, part) -> GCNTrainResult
             reporter.update({"loss": entry.loss, "val": entry.val_acc, "test": entry.test_acc,
                              "epoch_s": entry.epoch_s})
             if ckpt.due(epoch + 1, config.epochs):
-                ckpt.save(epoch + 1, {"model": _cpu(model.state_dict()), "optimizer": opt.state_dict(),
+                ckpt.save(epoch + 1, {"model": cpu_state(model.state_dict()), "optimizer": opt.state_dict(),
                                       "history": [asdict(h) for h in history], "rng": torch.get_rng_state()})
         finish = getattr(agg, "finish", None)
         if finish is not None:
@@ -357,7 +358,7 @@ def _train(config: GCNTrainConfig, rt: Runtime, dataset, part) -> GCNTrainResult
                       "threads_per_rank": rt.threads, "device": str(lay.device), "startup_s": rt.startup_s,
                       "train_s": train_s, "epoch_s_mean": train_s / (config.epochs - start)})
     devices = _devices(model, local, agg, logits)
-    state = _cpu(model.state_dict())
+    state = cpu_state(model.state_dict())
     result = GCNTrainResult(layout=lay, startup_s=rt.startup_s, train_s=train_s,
                             threads=rt.threads, state_dict=state, records=rt.metrics.records,
                             history=history, logits=logits, node_ids=local.node_ids, devices=devices,
@@ -373,25 +374,14 @@ def _train(config: GCNTrainConfig, rt: Runtime, dataset, part) -> GCNTrainResult
 def _resume(ckpt, model: GCN, opt: torch.optim.Optimizer, epochs: int) -> tuple[list[EpochLog], int]:
     """The history and the first epoch to train: from the checkpoint ``ckpt`` resumes (weights, optimizer state
     and RNG restored in place), else empty and 0. The weights are the same on every rank, whatever K wrote them."""
-    loaded = ckpt.load()
-    if loaded is None:
-        return [], 0
-    if loaded.step >= epochs:
-        raise ConfigError(f"{loaded.path} is at epoch {loaded.step}, and --epochs {epochs} leaves nothing to train: "
-                          "give more epochs", field="epochs")
-    try:
+
+    def restore(loaded) -> tuple[list[EpochLog], int]:
         model.load_state_dict(loaded.state["model"])
         opt.load_state_dict(loaded.state["optimizer"])
-        history = [EpochLog(**h) for h in loaded.state["history"]]
         torch.set_rng_state(loaded.state["rng"])
-    except (KeyError, TypeError, RuntimeError, ValueError) as err:
-        raise CheckpointError(f"{loaded.path}: state.pt does not fit this model ({str(err).splitlines()[0][:200]})"
-                              ) from None
-    return history, loaded.step
+        return [EpochLog(**h) for h in loaded.state["history"]], loaded.step
 
-
-def _cpu(state: dict) -> dict:
-    return {k: v.detach().cpu().clone() for k, v in state.items()}
+    return ckpt.resume(epochs, "epoch", "--epochs", restore) or ([], 0)
 
 
 def _devices(model: GCN, local: _Local, agg, logits: torch.Tensor) -> dict[str, set[str]]:

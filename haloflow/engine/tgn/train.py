@@ -35,12 +35,12 @@ from haloflow.data.jagged import split_sizes
 from haloflow.data.paths import check_output_parent
 from haloflow.data.temporal import TemporalEvents, chronological_split, inductive_nodes
 from haloflow.data.temporal_sampler import NegativeSampler, TemporalCSR
-from haloflow.engine.checkpoint import Piece
+from haloflow.engine.checkpoint import Piece, cpu_state
 from haloflow.engine.comm import CommStats, all_gather_cat, all_gather_rows
 from haloflow.engine.grad_sync import BucketedGradSync
 from haloflow.engine.runtime import Runtime, RuntimeConfig, TrainResult, synchronize
 from haloflow.engine.tgn.memory import NodeOwners, ShardedMemory
-from haloflow.errors import CheckpointError, ConfigError, HaloflowError
+from haloflow.errors import ConfigError
 from haloflow.models.temporal_metrics import average_precision, mean_reciprocal_rank, roc_auc
 from haloflow.models.tgn import TGN, TGNConfig, make_tgn_batch, tgn_batch_loss, tgn_messages
 from haloflow.models.tgn_memory import MemoryRows
@@ -251,7 +251,7 @@ def _train(config: TGNTrainConfig, rt: Runtime, events: TemporalEvents | None) -
                     epoch_losses.append(epoch_sum / max(sum(b.shape[0] for b in batches), 1))
                     rt.metrics.write({"kind": "epoch", "epoch": epoch, "loss": epoch_losses[-1]})
                 if ckpt.due(done, steps):
-                    ckpt.save(done, {"model": _cpu(run.model.state_dict()), "optimizer": run.opt.state_dict(),
+                    ckpt.save(done, {"model": cpu_state(run.model.state_dict()), "optimizer": run.opt.state_dict(),
                                      "epoch_losses": epoch_losses, "batch_losses": batch_losses,
                                      "epoch_sum": epoch_sum, "rng": torch.get_rng_state()}, [_memory_piece(run)])
     finally:
@@ -264,7 +264,7 @@ def _train(config: TGNTrainConfig, rt: Runtime, events: TemporalEvents | None) -
                       **metrics})
     return TGNTrainResult(
         layout=lay, startup_s=rt.startup_s, train_s=train_s, threads=rt.threads,
-        state_dict={k: v.detach().cpu().clone() for k, v in run.model.state_dict().items()},
+        state_dict=cpu_state(run.model.state_dict()),
         records=rt.metrics.records, epoch_losses=epoch_losses, batch_losses=batch_losses,
         events_per_s=train_events / train_s if train_s > 0 else 0.0, metrics=metrics,
         fetch_bytes_per_batch=float(np.mean(fetch_bytes)) if fetch_bytes else 0.0, memory=run.memory,
@@ -293,13 +293,8 @@ def _memory_piece(run: TGNRun) -> Piece:
 def _resume(ckpt, run: TGNRun, steps: int) -> tuple[int, list[float], list[float], float]:
     """Batches done, epoch and batch losses, and the running sum of the epoch in progress: from the checkpoint
     ``ckpt`` resumes (model, Adam, RNG and this rank's memory and mailbox rows restored), else nothing done."""
-    loaded = ckpt.load()
-    if loaded is None:
-        return 0, [], [], 0.0
-    if loaded.step >= steps:
-        raise ConfigError(f"{loaded.path} is at batch {loaded.step}, and this run stops at batch {steps}: nothing "
-                          "left to train; give more --epochs", field="epochs")
-    try:
+
+    def restore(loaded) -> tuple[int, list[float], list[float], float]:
         run.model.load_state_dict(loaded.state["model"])
         run.opt.load_state_dict(loaded.state["optimizer"])
         gids, local = _owned(run), run.memory.local
@@ -309,14 +304,8 @@ def _resume(ckpt, run: TGNRun, steps: int) -> tuple[int, list[float], list[float
         torch.set_rng_state(loaded.state["rng"])
         return (loaded.step, [float(x) for x in loaded.state["epoch_losses"]],
                 [float(x) for x in loaded.state["batch_losses"]], float(loaded.state["epoch_sum"]))
-    except (KeyError, TypeError, RuntimeError, ValueError) as err:
-        if isinstance(err, HaloflowError):
-            raise
-        raise CheckpointError(f"{loaded.path}: does not fit this model ({str(err).splitlines()[0][:200]})") from None
 
-
-def _cpu(state: dict) -> dict:
-    return {k: v.detach().cpu().clone() for k, v in state.items()}
+    return ckpt.resume(steps, "batch", "--epochs", restore) or (0, [], [], 0.0)
 
 
 @torch.no_grad()

@@ -17,7 +17,7 @@ from haloflow.engine.dlrm.store_tables import StoreTables
 from haloflow.errors import ConfigError, PlanError
 from haloflow.models.dlrm import DLRM, dlrm_loss
 from haloflow.partition.planner.types import Shard, ShardingPlan, ShardingType, TablePlan
-from tests.conftest import run_torchrun
+from tests.conftest import one_torch_thread, run_torchrun
 
 SCRIPTS = Path(__file__).parents[1] / "scripts"
 _spec = importlib.util.spec_from_file_location("dlrm_store_parity", SCRIPTS / "dlrm_store_parity.py")
@@ -26,13 +26,7 @@ _spec.loader.exec_module(parity)  # also puts SCRIPTS on sys.path for its dlrm_c
 common = parity.sys.modules["dlrm_common"]
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    # Tiny tables: two threads on a shared 2-core machine wait on each other's barriers (see tests/cache).
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+one_thread = pytest.fixture(autouse=True)(one_torch_thread)
 
 
 def _stores(name: str, cache: CacheConfig | None = None) -> ShardStores:
