@@ -300,6 +300,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
 
 
 def _plot(report: dict, path: Path) -> str:
+    """Hit rate against cache size per policy, Zipf and Criteo side by side (``report``: this benchmark's, or its
+    JSON read back)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -308,7 +310,8 @@ def _plot(report: dict, path: Path) -> str:
     fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
     for ax, trace in zip(axes, ("zipf", "criteo")):
         for name, by_f in (report[trace] or {}).items():
-            ax.plot([100 * f for f in FRACTIONS], [by_f[f] for f in FRACTIONS], marker="o", label=name)
+            rates = {float(f): v for f, v in by_f.items()}  # keys are strings once read back from the JSON
+            ax.plot([100 * f for f in FRACTIONS], [rates[f] for f in FRACTIONS], marker="o", label=name)
         ax.set_xscale("log")
         ax.set_xlabel("cache size, % of rows")
         ax.set_title(trace)
