@@ -116,6 +116,7 @@ class TGNTrainResult(TrainResult):
     metrics: dict[str, float] = field(default_factory=dict)  # val_ap, test_ap, test_auc, test_mrr, inductive_*
     fetch_bytes_per_batch: float = 0.0  # this rank's average
     memory: ShardedMemory | None = None  # this rank's share; ``memory.gather_all()`` (a collective) gives the whole
+    resumed_at: int = 0  # batches done by the checkpoint this run resumed from
 
     def summary(self) -> str:
         rows = [["epochs", len(self.epoch_losses)], ["train loss (last epoch)", self.epoch_losses[-1]],
@@ -225,6 +226,7 @@ def _train(config: TGNTrainConfig, rt: Runtime, events: TemporalEvents | None) -
                                    "events": run.events.num_events, "batch_size": config.batch_size,
                                    "train_batches": nb, "inductive_fraction": config.inductive_fraction})
     done, epoch_losses, batch_losses, epoch_sum = _resume(ckpt, run, steps)
+    start = done
     rt.started()
     fetch_bytes, train_events = [], 0
     reporter = rt.reporter(total=steps, unit="batch", desc=f"train tgn (K={lay.world_size})", done=done)
@@ -268,6 +270,7 @@ def _train(config: TGNTrainConfig, rt: Runtime, events: TemporalEvents | None) -
         records=rt.metrics.records, epoch_losses=epoch_losses, batch_losses=batch_losses,
         events_per_s=train_events / train_s if train_s > 0 else 0.0, metrics=metrics,
         fetch_bytes_per_batch=float(np.mean(fetch_bytes)) if fetch_bytes else 0.0, memory=run.memory,
+        resumed_at=start,
         devices={"model": {p.device.type for p in run.model.parameters()},
                  "memory": {run.memory.local.memory.device.type}},
     )

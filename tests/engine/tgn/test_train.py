@@ -90,6 +90,7 @@ def test_resumed_mid_epoch_equals_the_uninterrupted_run(tmp_path):
     run(dir=tmp_path / "ck", every=4, keep=3)  # batches 4, 8, 12 (6 a epoch)
     for step in (4, 8):
         resumed = run(resume=tmp_path / "ck" / f"step-{step:08d}")
+        assert resumed.resumed_at == step  # continued from the checkpoint, not trained again from scratch
         assert resumed.batch_losses == full.batch_losses and resumed.epoch_losses == full.epoch_losses
         for name, w in full.state_dict.items():
             assert torch.equal(w, resumed.state_dict[name]), name
