@@ -87,8 +87,9 @@ def test_gcn_resumes_at_another_size_and_recovers_from_a_killed_rank(tmp_path, p
     assert re.search(r"resumed after epoch\s+6\b", out.stdout), out.stdout
     assert_same(gcn_weights(tmp_path / "full1.pt"), gcn_weights(tmp_path / "a.pt"), exact=False)
     # 1 -> 4: epoch 4 of the single process, continued on 4 ranks
-    ok(haloflow(*GCN, "--partitions", parts[4], "--nproc", 4, "--epochs", 10, "--resume",
-                tmp_path / "c1" / "step-00000004", "--save", tmp_path / "b.pt"))
+    out = ok(haloflow(*GCN, "--partitions", parts[4], "--nproc", 4, "--epochs", 10, "--resume",
+                      tmp_path / "c1" / "step-00000004", "--save", tmp_path / "b.pt"))
+    assert re.search(r"resumed after epoch\s+4\b", out.stdout), out.stdout  # not trained again from scratch
     assert_same(gcn_weights(tmp_path / "full1.pt"), gcn_weights(tmp_path / "b.pt"), exact=False)
     # kill rank 1 at epoch 7, restart from the checkpoint of epoch 6: the fault-free K=2 run, bit for bit
     out = ok(haloflow(*GCN, "--partitions", parts[2], "--nproc", 2, "--epochs", 10, "--checkpoint-dir",
@@ -103,10 +104,12 @@ def test_dlrm_resumes_at_another_size_and_recovers_from_a_killed_rank(tmp_path):
     ok(haloflow(*DLRM, "--checkpoint-dir", tmp_path / "full1", "--checkpoint-every", 15, "--checkpoint-keep", 3))
     ok(haloflow(*DLRM, "--nproc", 2, "--checkpoint-dir", tmp_path / "full2", "--checkpoint-every", 25))
     # 2 -> 1 from step 25, 1 -> 4 from step 15
-    ok(haloflow(*DLRM, "--resume", tmp_path / "full2" / "step-00000025", "--checkpoint-dir", tmp_path / "a1"))
+    out = ok(haloflow(*DLRM, "--resume", tmp_path / "full2" / "step-00000025", "--checkpoint-dir", tmp_path / "a1"))
+    assert re.search(r"resumed after step\s+25\b", out.stdout), out.stdout  # not trained again from scratch
     assert_same(dlrm_weights(tmp_path / "full1"), dlrm_weights(tmp_path / "a1"), exact=False)
-    ok(haloflow(*DLRM, "--nproc", 4, "--resume", tmp_path / "full1" / "step-00000015", "--checkpoint-dir",
-                tmp_path / "b4"))
+    out = ok(haloflow(*DLRM, "--nproc", 4, "--resume", tmp_path / "full1" / "step-00000015", "--checkpoint-dir",
+                      tmp_path / "b4"))
+    assert re.search(r"resumed after step\s+15\b", out.stdout), out.stdout
     assert_same(dlrm_weights(tmp_path / "full1"), dlrm_weights(tmp_path / "b4"), exact=False)
     # rank 0 killed at step 25, everyone restarted from step 20: the fault-free K=2 run, bit for bit
     out = ok(haloflow(*DLRM, "--nproc", 2, "--checkpoint-dir", tmp_path / "c", "--checkpoint-every", 10,
