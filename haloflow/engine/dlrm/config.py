@@ -1,0 +1,97 @@
+"""`DLRMTrainConfig`: one DLRM training run, validated once at construction."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from haloflow.data.paths import check_output_parent
+from haloflow.engine.runtime import RuntimeConfig
+from haloflow.errors import ConfigError
+
+__all__ = ["DLRMTrainConfig", "ROW_OPTIMIZERS"]
+
+ROW_OPTIMIZERS = ("sgd", "adagrad", "rowwise_adagrad")
+
+
+@dataclass(frozen=True, kw_only=True)
+class DLRMTrainConfig:
+    """One training run.
+
+    Args:
+        data: a folder written by ``haloflow preprocess criteo`` (or the synthetic writer); or None with
+            ``synthetic``.
+        synthetic: train on the synthetic Criteo-like log instead (``haloflow.data.clicks``).
+        synthetic_scale / synthetic_max_rows: table sizes of the synthetic log (Kaggle cardinalities scaled,
+            then capped).
+        synthetic_train / synthetic_val: samples in its train and validation splits.
+        plan: a ``ShardingPlan`` JSON file; None uses ``table_wise_plan`` (whole tables spread over ranks).
+        batch_size: global batch B, split over the ranks.
+        lr: SGD learning rate (MLPs and tables alike).
+        epochs / max_steps: stop after ``epochs`` passes or ``max_steps`` steps, whichever comes first.
+        log_every: steps between JSON training records (and printed lines when no progress bar shows).
+        max_eval_batches: cap on validation batches (None: the whole split).
+        embedding_dim, bottom_mlp, top_mlp, seed: the model (``DLRMConfig``).
+        dp_grad: "sparse" or "dense" sum of data-parallel tables' gradients.
+        optimizer: "sgd", "adagrad" or "rowwise_adagrad" for the tables (fused into their row stores for the
+            last two; the MLPs use torch's SGD or Adagrad, row-wise Adagrad being for rows only). Sharded too;
+            row-wise Adagrad refuses a column-wise table (its per-row accumulator needs every column).
+        cache_ratio: keep this fraction of each table's rows in a software cache on the device, the rest (and
+            the optimizer state) in host memory (``haloflow.cache``); None: the tables wholly on the device.
+            Sharded, the fraction is of each shard's and replica's rows; a plan's ``cached`` tables have caches
+            of their planned size with or without it.
+        cache_policy: "lru", "lfu" or "frequency".
+        runtime: device, timeout and output (``RuntimeConfig``; ``log_jsonl`` gets every JSON record).
+    """
+
+    data: Path | None = None
+    synthetic: bool = False
+    synthetic_scale: float = 1e-3  # Kaggle's 33.8 M rows -> ~34 k rows: a laptop-sized run
+    synthetic_max_rows: int | None = None
+    synthetic_train: int = 65_536
+    synthetic_val: int = 8_192
+    plan: Path | None = None
+    batch_size: int = 128  # FACTS.md: the Kaggle DLRM's batch
+    lr: float = 0.1  # FACTS.md: SGD lr 0.1
+    epochs: int = 1
+    max_steps: int | None = None
+    log_every: int = 100
+    max_eval_batches: int | None = None
+    embedding_dim: int = 16
+    bottom_mlp: tuple[int, ...] = (512, 256, 64)
+    top_mlp: tuple[int, ...] = (512, 256)
+    seed: int = 0
+    dp_grad: str = "sparse"
+    optimizer: str = "sgd"
+    cache_ratio: float | None = None
+    cache_policy: str = "lru"
+    runtime: RuntimeConfig = field(default_factory=lambda: RuntimeConfig(timeout_s=300.0))
+
+    def __post_init__(self) -> None:
+        if (self.data is None) == (not self.synthetic):
+            raise ConfigError("give exactly one of data (a preprocessed folder) and synthetic=True", field="data")
+        for name in ("batch_size", "epochs", "log_every", "synthetic_train"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}", field=name)
+        if self.synthetic_val < 0:
+            raise ConfigError(f"synthetic_val must be >= 0, got {self.synthetic_val}", field="synthetic_val")
+        if self.max_steps is not None and self.max_steps < 1:
+            raise ConfigError(f"max_steps must be >= 1 or None, got {self.max_steps}", field="max_steps")
+        if self.max_eval_batches is not None and self.max_eval_batches < 1:  # 0 would end in a NaN AUC
+            raise ConfigError(f"max_eval_batches must be >= 1 (validation batches to score), got "
+                              f"{self.max_eval_batches}", field="max_eval_batches")
+        if not (self.lr > 0 and math.isfinite(self.lr)):
+            raise ConfigError(f"lr must be a finite number > 0, got {self.lr}", field="lr")
+        if self.optimizer not in ROW_OPTIMIZERS:
+            raise ConfigError(f"optimizer must be one of {ROW_OPTIMIZERS}, got {self.optimizer!r}", field="optimizer")
+        if self.cache_ratio is not None and not 0 < self.cache_ratio <= 1:
+            raise ConfigError(f"cache_ratio must be in (0, 1], got {self.cache_ratio}", field="cache_ratio")
+        if self.dp_grad not in ("sparse", "dense"):
+            raise ConfigError(f"dp_grad must be 'sparse' or 'dense', got {self.dp_grad!r}", field="dp_grad")
+        check_output_parent(self.runtime.log_jsonl, "--log-jsonl")  # checked now, not at the first record
+        for name in ("data", "plan"):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, Path(getattr(self, name)))
+        object.__setattr__(self, "bottom_mlp", tuple(self.bottom_mlp))
+        object.__setattr__(self, "top_mlp", tuple(self.top_mlp))
