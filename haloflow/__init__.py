@@ -9,6 +9,7 @@ on first use, so ``import haloflow`` stays cheap::
 """
 
 from haloflow._lazy import lazy_getattr
+from haloflow.engine.families import lazy_names
 from haloflow.errors import (
     CheckpointError,
     ConfigError,
@@ -42,10 +43,7 @@ _LAZY = {
     "partition_dataset": "haloflow.partition.pipeline",
     "load_partition": "haloflow.partition.format",
     "plan_tables": "haloflow.partition.planner.planner",
-    "train_gcn": "haloflow.engine.gcn.train",
-    "GCNTrainConfig": "haloflow.engine.gcn.train",
-    "train_dlrm": "haloflow.engine.dlrm.train",
-    "DLRMTrainConfig": "haloflow.engine.dlrm.train",
+    **lazy_names(),  # every family's train_<name>, config and result (haloflow/engine/families.py)
     "CheckpointConfig": "haloflow.engine.checkpoint",
     "RuntimeConfig": "haloflow.engine.runtime",
 }

@@ -29,9 +29,11 @@ _COMMANDS = ["partition", "inspect", "plan_tables", "preprocess", "train", "benc
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from haloflow.engine.families import titles
+
     parser = argparse.ArgumentParser(
         prog="haloflow",
-        description="Partition graphs and embedding tables, and train GCN / DLRM models exactly across processes.",
+        description=f"Partition graphs and embedding tables, and train {titles()} models exactly across processes.",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     register_modules(parser.add_subparsers(dest="command", metavar="COMMAND"), _COMMANDS)

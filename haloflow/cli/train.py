@@ -6,8 +6,8 @@
     haloflow train dlrm ...                                                   (haloflow/cli/train_dlrm.py)
     haloflow train tgn  --events FILE [--partitions DIR] [--nproc K] ...      (haloflow/cli/train_tgn.py)
 
-A model module provides ``register(subparsers)``, like the top-level commands, so adding a model is adding one
-file and one name to ``_MODELS``.
+A model module provides ``register(subparsers)``, like the top-level commands; the families come from the one
+registry, ``haloflow/engine/families.py``.
 """
 
 from __future__ import annotations
@@ -15,10 +15,9 @@ from __future__ import annotations
 import argparse
 
 from haloflow.cli import register_modules
+from haloflow.engine.families import FAMILIES
 
 __all__ = ["register"]
-
-_MODELS = ["gcn", "dlrm", "tgn"]  # modules haloflow.cli.train_<name>
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -26,7 +25,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "train", help="train a model (single process, or one rank per part under torchrun)",
         description="Train a model. Distributed runs are exact: K ranks compute what one process computes.",
     )
-    register_modules(parser.add_subparsers(dest="model", metavar="MODEL"), [f"train_{m}" for m in _MODELS])
+    register_modules(parser.add_subparsers(dest="model", metavar="MODEL"), [e.cli_module for e in FAMILIES.values()])
     parser.set_defaults(func=lambda args: _no_model(parser))
 
 

@@ -5,6 +5,7 @@ Every module here imports torch (and some import each other), so the names below
 """
 
 from haloflow._lazy import lazy_getattr
+from haloflow.engine.families import lazy_names
 
 # name -> module that defines it.
 _LAZY = {
@@ -23,20 +24,17 @@ _LAZY = {
     "GradSyncConfig": "haloflow.engine.grad_sync",
     "BucketedGradSync": "haloflow.engine.grad_sync",
     "predict_epoch": "haloflow.engine.gcn.cost_model",
-    "GCNTrainConfig": "haloflow.engine.gcn.train",
-    "GCNTrainResult": "haloflow.engine.gcn.train",
     "TrainResult": "haloflow.engine.runtime",
     "CommStats": "haloflow.engine.comm",
-    "train_gcn": "haloflow.engine.gcn.train",
     # DLRM
     "EmbeddingLayout": "haloflow.engine.dlrm.embedding_layout",
     "predict_step_bytes": "haloflow.engine.dlrm.embedding_layout",
     "ShardedEmbeddingCollection": "haloflow.engine.dlrm.sharded_embedding",
     "DistributedDLRM": "haloflow.engine.dlrm.sharding",
     "shard_dlrm": "haloflow.engine.dlrm.sharding",
-    "DLRMTrainConfig": "haloflow.engine.dlrm.train",
-    "DLRMTrainResult": "haloflow.engine.dlrm.train",
-    "train_dlrm": "haloflow.engine.dlrm.train",
+    # every family's train_<name>, config and result, from the one registry
+    **lazy_names(),
+    "FAMILIES": "haloflow.engine.families",
 }
 __all__ = list(_LAZY)
 __getattr__ = lazy_getattr(__name__, _LAZY)
