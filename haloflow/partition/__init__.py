@@ -4,7 +4,15 @@ The embedding-table sharding planner is the subpackage ``haloflow.partition.plan
 """
 
 from haloflow.partition.api import METHODS, PartitionConfig, partition_graph
-from haloflow.partition.format import PartitionMeta, load_meta, load_partition, save_partitioned, verify_partition
+from haloflow.partition.format import (
+    PartitionMeta,
+    load_meta,
+    load_new_to_orig,
+    load_partition,
+    part_loads,
+    save_partitioned,
+    verify_partition,
+)
 from haloflow.partition.halo import HaloBuilder, HaloIndex, build_parts
 from haloflow.partition.pipeline import PartitionSummary, partition_dataset, read_input
 from haloflow.partition.relabel import Relabelling, relabel
@@ -27,6 +35,8 @@ __all__ = [
     "save_partitioned",
     "load_meta",
     "load_partition",
+    "load_new_to_orig",
+    "part_loads",
     "verify_partition",
     "PartitionStats",
     "partition_stats",

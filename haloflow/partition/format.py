@@ -17,12 +17,21 @@ The folder is written under a temporary sibling name and renamed into place at t
 nothing behind. Loading checks every file's size (cheap, catches truncation) and, with ``verify=True``, its CRC-32
 (one read of the file, about 1 GB/s), then the dtype and shape that meta.json records, then what the arrays mean
 (``format_check.py``: bounds, dtypes, ids and labels in range), so an edited folder stops at load, not in training.
+
+A rank reads meta.json, its own part and, where it needs the owner of an original id, ``new_to_orig.npy``; it never
+loads another rank's part::
+
+    owner of new id g     searchsorted(bounds, g, side="right") - 1          (meta.json alone)
+    owner of original v   the owner of g, where new_to_orig[g] = v            (one (N,) int64 file, memory-mapped)
+
+`part_loads` counts the parts `load_partition` has loaded in this process, so a test can hold a trainer to that.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -31,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from haloflow.errors import ConfigError, PartitionFormatError
-from haloflow.partition.format_check import check_file_dtype, check_meta_meaning, check_part_arrays
+from haloflow.partition.format_check import check_file_dtype, check_id_map, check_meta_meaning, check_part_arrays
 from haloflow.partition.stats import PartitionStats
 from haloflow.partition.types import GraphPart, PartitionBook
 from haloflow.utils.atomic import atomic_directory
@@ -47,6 +56,8 @@ __all__ = [
     "load_meta",
     "load_partition",
     "load_new_to_orig",
+    "part_loads",
+    "reset_part_loads",
     "verify_partition",
     "check_output_dir",
 ]
@@ -303,6 +314,21 @@ def _load_array(part_dir: Path, rel: str, meta: PartitionMeta, *, mmap: bool, ve
     return arr
 
 
+_PART_LOADS: Counter[tuple[str, int]] = Counter()  # (real path of DIR, k) -> load_partition calls in this process
+
+
+def part_loads(part_dir: str | os.PathLike) -> dict[int, int]:
+    """How many times this process has loaded each part of ``part_dir`` with `load_partition` (since it started
+    or since `reset_part_loads`): ``{k: loads}``, parts never loaded left out."""
+    key = os.path.realpath(part_dir)
+    return {k: n for (d, k), n in sorted(_PART_LOADS.items()) if d == key}
+
+
+def reset_part_loads() -> None:
+    """Forget the loads `part_loads` counts (for every folder)."""
+    _PART_LOADS.clear()
+
+
 def load_partition(
     part_dir: str | os.PathLike, k: int, *, mmap: bool = True, verify: bool = True, meta: PartitionMeta | None = None
 ) -> GraphPart:
@@ -322,6 +348,7 @@ def load_partition(
         for name in PART_ARRAYS + tuple(n for n in NODE_DATA if n in meta.node_data)
     }
     check_part_arrays(part_dir, k, arrays, meta)
+    _PART_LOADS[os.path.realpath(part_dir), k] += 1
     return GraphPart(
         part_id=k,
         book=meta.book,
@@ -332,10 +359,24 @@ def load_partition(
     )
 
 
-def load_new_to_orig(part_dir: str | os.PathLike, *, mmap: bool = True, verify: bool = True) -> np.ndarray:
-    """int64 (N,) original id of each new global id."""
+def load_new_to_orig(
+    part_dir: str | os.PathLike, *, mmap: bool = True, verify: bool = True, meta: PartitionMeta | None = None
+) -> np.ndarray:
+    """int64 (N,) original id of each new global id: the id map, read without loading any part.
+
+    Raises:
+        PartitionFormatError: the file is missing, or not listed in meta.json (a folder from a tool that did not
+            write it: partition the graph again); its size, checksum (with ``verify``), dtype or shape differs
+            from meta.json; it is not a permutation of 0..N-1.
+    """
     part_dir = Path(part_dir)
-    return _load_array(part_dir, NEW_TO_ORIG_FILE, load_meta(part_dir), mmap=mmap, verify=verify)
+    meta = meta if meta is not None else load_meta(part_dir)
+    if NEW_TO_ORIG_FILE not in meta.files:
+        raise PartitionFormatError(f"{part_dir / META_FILE} lists no {NEW_TO_ORIG_FILE} (the map from new to "
+                                   "original node ids): partition the graph again with `haloflow partition`")
+    new_to_orig = _load_array(part_dir, NEW_TO_ORIG_FILE, meta, mmap=mmap, verify=verify)
+    check_id_map(part_dir / NEW_TO_ORIG_FILE, new_to_orig, meta.num_nodes)
+    return new_to_orig
 
 
 def verify_partition(part_dir: str | os.PathLike, *, checksums: bool = True) -> PartitionMeta:
@@ -352,10 +393,7 @@ def verify_partition(part_dir: str | os.PathLike, *, checksums: bool = True) -> 
         raise PartitionFormatError(f"{part_dir / META_FILE}: no entry for {missing[0]} ({len(missing)} missing)")
     for rel in sorted(meta.files):
         _check_file(part_dir, rel, meta, checksums)
-    new_to_orig = _load_array(part_dir, NEW_TO_ORIG_FILE, meta, mmap=True, verify=False)
-    if new_to_orig.size and (int(new_to_orig.min()) < 0 or int(new_to_orig.max()) >= meta.num_nodes
-                             or np.unique(new_to_orig).size != meta.num_nodes):
-        raise PartitionFormatError(f"{part_dir / NEW_TO_ORIG_FILE}: expected a permutation of 0..{meta.num_nodes - 1}")
+    new_to_orig = load_new_to_orig(part_dir, meta=meta, verify=False)  # the checksums were read above
     sends = np.zeros((meta.num_parts, meta.num_parts), dtype=np.int64)  # sends[k, p]: rows part k sends to p
     recvs = np.zeros_like(sends)  # recvs[k, p]: halo rows part k receives from p
     for k in range(meta.num_parts):

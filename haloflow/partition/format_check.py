@@ -10,6 +10,7 @@ training with an IndexError. These checks hold every part to the layout of ``par
               indices in [0, n_inner + n_halo); halo ids in [0, num_nodes), outside part k, grouped by owner as
               halo_offsets says; send ids in [0, n_inner); degrees >= 0; orig_ids in [0, num_nodes);
               labels in [-1, num_classes) (-1: unlabelled), and no unlabelled node in the train mask
+    id map    new_to_orig.npy (num_nodes,): a permutation of 0 .. num_nodes-1 (new id -> original id)
 
 Each check is one vectorised pass over an array (about as costly as its checksum); a failure is a
 ``PartitionFormatError`` naming the file, what was found and what was expected.
@@ -23,7 +24,7 @@ import numpy as np
 
 from haloflow.errors import PartitionFormatError
 
-__all__ = ["EXPECTED_DTYPES", "check_meta_meaning", "check_file_dtype", "check_part_arrays"]
+__all__ = ["EXPECTED_DTYPES", "check_meta_meaning", "check_file_dtype", "check_id_map", "check_part_arrays"]
 
 # The dtype the writer stores for each array name (numpy dtype strings, little-endian as np.save writes them).
 EXPECTED_DTYPES = {
@@ -57,6 +58,18 @@ def check_file_dtype(path: Path, rel: str, recorded: str) -> None:
     if expected is not None and recorded != expected:
         raise PartitionFormatError(f"{path}: meta.json records dtype {recorded} for {rel}, expected {expected} "
                                    f"(the dtype `haloflow partition` writes for {name})")
+
+
+def check_id_map(path: Path, new_to_orig: np.ndarray, num_nodes: int) -> None:
+    """``new_to_orig`` is a permutation of 0 .. num_nodes-1: one pass for the range, one ``bincount`` (N ints)."""
+    if new_to_orig.shape != (num_nodes,):
+        raise _fail(path, f"shape {new_to_orig.shape}, expected (num_nodes,) = ({num_nodes},) (meta.json)")
+    _in_range(path, "new_to_orig", new_to_orig, 0, num_nodes, "original ids")
+    seen = np.bincount(new_to_orig, minlength=num_nodes)  # (N,) how many new ids map to each original id
+    if seen.size and int(seen.max()) > 1:
+        orig = int(np.argmax(seen > 1))
+        raise _fail(path, f"original id {orig} appears {int(seen[orig])} times: expected a permutation of "
+                          f"0..{num_nodes - 1} (each node has one new id)")
 
 
 def _fail(path: Path, message: str) -> PartitionFormatError:

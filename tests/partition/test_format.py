@@ -11,6 +11,8 @@ from haloflow.partition.format import (
     load_meta,
     load_new_to_orig,
     load_partition,
+    part_loads,
+    reset_part_loads,
     save_partitioned,
     verify_partition,
 )
@@ -148,6 +150,52 @@ def test_load_errors_name_file_found_and_expected(tmp_path, setup):
     (out / "meta.json").write_text("{not json")
     with pytest.raises(PartitionFormatError, match=r"meta.json: not valid JSON at line 1"):
         load_meta(out)
+
+
+def test_part_loads_count_each_part_of_each_folder(tmp_path, setup):
+    out, _ = _save(tmp_path, setup)
+    other = tmp_path / "other"
+    out.rename(other)
+    out, _ = _save(tmp_path, setup)
+    reset_part_loads()
+    load_meta(out)
+    load_new_to_orig(out)
+    assert part_loads(out) == {}  # neither loads a part
+    for folder, k in [(out, 1), (out, 1), (str(out) + "/", 0), (other, 2)]:  # the same folder however spelt
+        load_partition(folder, k)
+    assert part_loads(out) == {0: 1, 1: 2} and part_loads(other) == {2: 1}
+    with pytest.raises(PartitionFormatError):
+        load_partition(out, K)  # a failed load loads nothing
+    assert part_loads(out) == {0: 1, 1: 2}
+    reset_part_loads()
+    assert part_loads(out) == {} and part_loads(other) == {}
+
+
+def test_id_map_must_be_a_listed_permutation(tmp_path, setup):
+    out, _ = _save(tmp_path, setup)
+    path = out / "new_to_orig.npy"
+    good = np.load(path)
+    bad = good.copy()
+    bad[1] = bad[0]
+    np.save(path, bad)  # same size: only the checksum and the meaning differ
+    with pytest.raises(PartitionFormatError, match=rf"new_to_orig.npy: original id {bad[0]} appears 2 times: "
+                                                   r"expected a permutation of 0..\d+"):
+        load_new_to_orig(out, verify=False)
+    with pytest.raises(PartitionFormatError, match=r"new_to_orig.npy is corrupt"):
+        verify_partition(out)
+    with pytest.raises(PartitionFormatError, match=r"appears 2 times"):
+        verify_partition(out, checksums=False)
+    bad[1] = -1
+    np.save(path, bad)
+    with pytest.raises(PartitionFormatError, match=r"new_to_orig\[1\] = -1 is out of range: expected original ids"):
+        load_new_to_orig(out, verify=False)
+    np.save(path, good)
+    meta = json.loads((out / "meta.json").read_text())
+    del meta["files"]["new_to_orig.npy"]
+    (out / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(PartitionFormatError, match=r"meta.json lists no new_to_orig.npy \(the map from new to "
+                                                   r"original node ids\): partition the graph again"):
+        load_new_to_orig(out)
 
 
 @pytest.mark.parametrize("field, value", [("num_classes", float("inf")), ("num_parts", 2**63), ("bounds", [0]),

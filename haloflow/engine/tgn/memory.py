@@ -3,7 +3,8 @@
 Every node has one owner rank; the owner keeps the node's row in its local ``TGNMemoryState``::
 
     NodeOwners    owner[v]  rank that holds node v        row[v]  its row in the owner's local state
-                  (from a partition folder of the event graph, or contiguous blocks of ids)
+                  (from a partition folder of the event graph: its bounds and id map, no part loaded;
+                   or contiguous blocks of ids)
 
     fetch(node_ids)                          the rows a rank's part of a batch reads, in node_ids order
       counts      all-to-all: how many rows I ask of each owner (K ints)
@@ -64,26 +65,44 @@ class NodeOwners:
 
     @classmethod
     def from_partition(cls, folder: str | Path, num_nodes: int) -> NodeOwners:
-        """Owners from ``haloflow partition`` of the event graph: node v lives with the part that holds it."""
-        from haloflow.partition.format import load_meta, load_partition
+        """Owners from ``haloflow partition`` of the event graph: node v lives with the part that holds it.
+
+        Reads meta.json and the folder's id map, never a part: part k holds new ids bounds[k] .. bounds[k+1]-1
+        in order, so the node with new id g lives with k = searchsorted(bounds, g, side="right") - 1 at row
+        g - bounds[k]; the id map gives each new id's original (event stream) id::
+
+            new id g          0  1  2 | 3  4        bounds = [0, 3, 5]: part 0 | part 1
+            new_to_orig[g]    4  0  2 | 1  3
+            original id v     0  1  2  3  4
+            owner[v]          0  1  0  1  0
+            row[v]            1  0  2  1  0
+
+        Raises:
+            ConfigError: the folder holds nodes the stream does not have, or misses some it has.
+            PartitionFormatError: meta.json or the id map is missing or damaged.
+        """
+        from haloflow.partition.format import load_meta, load_new_to_orig
 
         meta = load_meta(folder)
+        book = meta.book
+        orig = np.asarray(load_new_to_orig(folder, meta=meta), dtype=np.int64)  # (N_part,) original id of new id g
+        new = np.arange(orig.shape[0], dtype=np.int64)  # (N_part,)
+        part = book.owner(new)  # (N_part,) owner of each new id
+        too_big = np.flatnonzero(orig >= num_nodes)
+        if too_big.size:
+            k = int(part[too_big[0]])  # the first part holding a node the stream lacks
+            lo, hi = book.part_range(k)
+            raise ConfigError(f"{folder}: part {k} holds node {int(orig[lo:hi].max())} but the event stream has "
+                              f"{num_nodes:,} nodes; was the folder made from this stream?")
         owner = np.full(num_nodes, -1, dtype=np.int64)
         row = np.zeros(num_nodes, dtype=np.int64)
-        counts = []
-        for k in range(meta.num_parts):
-            ids = np.asarray(load_partition(folder, k, meta=meta).orig_ids, dtype=np.int64)
-            if ids.size and int(ids.max()) >= num_nodes:
-                raise ConfigError(f"{folder}: part {k} holds node {int(ids.max())} but the event stream has "
-                                  f"{num_nodes:,} nodes; was the folder made from this stream?")
-            owner[ids] = k
-            row[ids] = np.arange(ids.size)
-            counts.append(int(ids.size))
+        owner[orig] = part
+        row[orig] = new - book.bounds[part]
         missing = np.flatnonzero(owner < 0)
         if missing.size:
             raise ConfigError(f"{folder}: no part holds node {int(missing[0])} ({missing.size:,} nodes of the stream "
                               f"are missing); partition the event stream itself (haloflow partition EVENTS.csv)")
-        return cls(owner, row, tuple(counts))
+        return cls(owner, row, tuple(int(c) for c in book.part_sizes()))
 
 
 # ------------------------------------------------------------------------------------------------ packing
