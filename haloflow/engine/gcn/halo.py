@@ -238,6 +238,14 @@ class HaloExchange:
             self._buffers[key] = buf
         return buf[:rows]
 
+    def buffer_devices(self) -> set[str]:
+        """Device types of the buffers made so far."""
+        return {b.device.type for b in self._buffers.values()}
+
+    def id_devices(self) -> list[torch.device]:
+        """Devices the send ids have been copied to."""
+        return list(self._ids_by_device)
+
     def ids_on(self, device: torch.device) -> torch.Tensor:
         """The send ids on ``device`` (copied there once)."""
         ids = self._ids_by_device.get(device)

@@ -46,6 +46,7 @@ from haloflow.errors import ConfigError, DistributedError
 from haloflow.models.aggregate import add_diagonal, normalized_values, self_loop_values
 from haloflow.models.spmm import DEFAULT_KERNEL, SparseOperator
 from haloflow.partition.types import GraphPart
+from haloflow.utils.config_flags import hidden, option
 
 __all__ = ["SCHEDULES", "HaloConfig", "HaloAggregator", "ParallelGCN", "parallelize_gcn", "split_part_operators"]
 
@@ -67,10 +68,10 @@ class HaloConfig:
             the overlapped schedule; both give the same numbers.
     """
 
-    staleness: int = 0
-    halo_keep: float = 1.0
-    seed: int = 0
-    schedule: str = "overlap"
+    staleness: int = option(0, help="1: use the previous epoch's halos (PipeGCN)")
+    halo_keep: float = option(1.0, help="< 1: sample halo rows (BNS-GCN)")
+    seed: int = hidden(0, why="the trainer's seed (GCN: --seed)")
+    schedule: str = hidden("overlap", why="the control `haloflow bench gcn-dist` times the overlap against")
 
     def __post_init__(self) -> None:
         if self.staleness not in (0, 1):
@@ -214,6 +215,15 @@ class HaloAggregator:
     def halo_rows(self) -> int:
         """Rows this rank receives per exact exchange (= rows it sends back in backward)."""
         return self.part.n_halo
+
+    def tensor_devices(self, device: torch.device) -> dict[str, set[str]]:
+        """Device types of the exchanges' buffers and of their send ids on ``device`` (empty before the first
+        exchange): what a check that a run lives on its configured device reads."""
+        exchanges = [*self._exact.values(), *(s.exchange for s in self._stale.values())]
+        if not exchanges:
+            return {}
+        return {"halo_buffers": {t for ex in exchanges for t in ex.buffer_devices()},
+                "send_ids": {d.type for ex in exchanges for d in ex.id_devices() if d == device}}
 
     def __repr__(self) -> str:
         return (f"HaloAggregator(part={self.part.part_id}, inner={self.part.n_inner:,}, halo={self.part.n_halo:,}, "

@@ -1,4 +1,6 @@
-"""TGN training on an event stream, one process or K ranks with node memory owned by partition.
+"""TGN on an event stream as a family of the one training loop: `TGNFamily`, `train_tgn`, `TGNTrainResult`.
+
+One process or K ranks with node memory owned by partition (one process is the same path on a group of one).
 
 Every rank reads the same stream and walks the same global batches (B events, chronological). One step, rank r::
 
@@ -23,7 +25,6 @@ inductive scores are those of events with a node held out of training.
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -33,19 +34,39 @@ import torch
 from haloflow.data.jagged import split_sizes
 from haloflow.data.temporal import TemporalEvents, chronological_split, inductive_nodes
 from haloflow.data.temporal_sampler import NegativeSampler, TemporalCSR
-from haloflow.engine.checkpoint import Piece, cpu_state
+from haloflow.engine.checkpoint import cpu_state
 from haloflow.engine.comm import CommStats, all_gather_cat, all_gather_rows
-from haloflow.engine.grad_sync import BucketedGradSync
-from haloflow.engine.runtime import Runtime, TrainResult, synchronize
+from haloflow.engine.runtime import Runtime, TrainResult
+from haloflow.engine.tgn.checkpoint import load_memory, memory_piece
 from haloflow.engine.tgn.config import TGNTrainConfig
 from haloflow.engine.tgn.memory import NodeOwners, ShardedMemory
+from haloflow.engine.tgn.parallelize import parallelize_tgn
+from haloflow.engine.trainer import Exported, RunInfo, run
 from haloflow.models.temporal_metrics import average_precision, mean_reciprocal_rank, roc_auc
 from haloflow.models.tgn import TGN, make_tgn_batch, tgn_batch_loss, tgn_messages
 from haloflow.models.tgn_memory import MemoryRows
 
-__all__ = ["TGNTrainConfig", "TGNTrainResult", "train_tgn", "TGNRun", "read_events"]
+__all__ = ["TGNTrainConfig", "TGNTrainResult", "TGNFamily", "BatchLog", "train_tgn", "read_events"]
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class BatchLog:
+    """One training batch, global over ranks; ``epoch_loss`` is set on the batch that ends an epoch."""
+
+    batch: int  # counted from 0 over the whole run
+    epoch: int
+    loss: float  # the global batch loss
+    fetch_bytes: int  # this rank's memory-fetch bytes in the batch
+    epoch_loss: float | None = None
+
+    def progress(self) -> dict[str, float]:
+        return {"loss": self.loss}
+
+    def record(self) -> dict | None:
+        return None if self.epoch_loss is None else {"kind": "epoch", "epoch": self.epoch, "loss": self.epoch_loss}
+
 
 @dataclass(eq=False)
 class TGNTrainResult(TrainResult):
@@ -75,30 +96,91 @@ def read_events(path: str | Path) -> TemporalEvents:
     return read_jodie_csv(p) if p.suffix.lower() == ".csv" else read_snap_temporal(p)
 
 
-class TGNRun:
-    """The pieces of one run on one rank: the stream, splits, samplers, model, memory and the step."""
+class TGNFamily:
+    """TGN for ``engine/trainer.run``: one unit is one global batch of training events; an epoch starts from an
+    empty memory. Every rank walks the same global batches and trains on its contiguous slice of each."""
 
-    def __init__(self, config: TGNTrainConfig, rt: Runtime, events: TemporalEvents | None = None):
-        lay = rt.layout
-        self.config, self.rt = config, rt
-        self.events = events if events is not None else read_events(config.events)
-        ev = self.events
+    kind, unit, more_flag, join = "tgn", "batch", "--epochs", True
+
+    def __init__(self, config: TGNTrainConfig, *, events: TemporalEvents | None = None):
+        self.config, self._events = config, events
+        self.epoch_losses: list[float] = []
+        self.batch_losses: list[float] = []
+        self.epoch_sum = 0.0  # the epoch in progress: sum of batch loss x events
+        self.fetch_bytes: list[int] = []
+        self.train_events = 0
+
+    def setup(self, rt: Runtime) -> None:
+        """The stream, splits, samplers, model, sharded memory and optimizer on this rank."""
+        cfg, lay = self.config, rt.layout
+        self.rt = rt
+        self.events = ev = self._events if self._events is not None else read_events(cfg.events)
         self.split = chronological_split(ev)
-        self.inductive = inductive_nodes(ev, self.split, config.inductive_fraction, seed=config.seed)
+        self.inductive = inductive_nodes(ev, self.split, cfg.inductive_fraction, seed=cfg.seed)
         self.train_ids = self.inductive.train_ids
         self.train_csr = TemporalCSR.from_events(ev, keep=self.inductive.train_mask)  # held-out nodes unseen
         self.full_csr = TemporalCSR.from_events(ev)
-        self.train_neg = NegativeSampler.from_destinations(ev, self.train_ids, seed=config.seed)
-        self.eval_neg = NegativeSampler.from_destinations(ev, seed=config.seed + 1)
-        owners = (NodeOwners.from_partition(config.partitions, ev.num_nodes) if config.partitions is not None
+        self.train_neg = NegativeSampler.from_destinations(ev, self.train_ids, seed=cfg.seed)
+        self.eval_neg = NegativeSampler.from_destinations(ev, seed=cfg.seed + 1)
+        owners = (NodeOwners.from_partition(cfg.partitions, ev.num_nodes) if cfg.partitions is not None
                   else NodeOwners.blocks(ev.num_nodes, lay.world_size))
-        lay.expect_parts(owners.num_parts, str(config.partitions or "the node blocks"))
+        lay.expect_parts(owners.num_parts, str(cfg.partitions or "the node blocks"))
         self.stats = CommStats()
-        self.model = TGN(config.model_config(ev.edge_dim)).to(lay.device)
-        self.memory = ShardedMemory(owners, memory_dim=config.memory_dim, edge_dim=ev.edge_dim, group=lay.group,
-                                    device=lay.device, stats=self.stats)
-        self.sync = BucketedGradSync(self.model.parameters(), lay.group, stats=self.stats)
-        self.opt = torch.optim.Adam(self.model.parameters(), lr=config.lr)
+        self.model, self.memory, self.sync = parallelize_tgn(TGN(cfg.model_config(ev.edge_dim)).to(lay.device),
+                                                             owners, lay.group, edge_dim=ev.edge_dim,
+                                                             device=lay.device, stats=self.stats)
+        self.opt = torch.optim.Adam(self.model.parameters(), lr=cfg.lr)
+        self.batches = _batches(self.train_ids, cfg.batch_size)[: cfg.max_train_batches]
+
+    # ------------------------------------------------------------------------------------------ checkpoints
+    def total_units(self) -> int:
+        return self.config.epochs * len(self.batches)
+
+    def identity(self) -> dict:
+        cfg, ev = self.config, self.events
+        return {"model": asdict(self.model.config), "nodes": ev.num_nodes, "events": ev.num_events,
+                "batch_size": cfg.batch_size, "train_batches": len(self.batches),
+                "inductive_fraction": cfg.inductive_fraction}
+
+    def export(self) -> Exported:
+        return Exported({"model": cpu_state(self.model.state_dict()), "optimizer": self.opt.state_dict(),
+                         "epoch_losses": self.epoch_losses, "batch_losses": self.batch_losses,
+                         "epoch_sum": self.epoch_sum},
+                        (memory_piece(self.memory, self.rt.layout.rank, self.events.num_nodes),))
+
+    def restore(self, loaded) -> None:
+        """Model, Adam, losses, the running sum of the epoch in progress and this rank's memory rows."""
+        self.model.load_state_dict(loaded.state["model"])
+        self.opt.load_state_dict(loaded.state["optimizer"])
+        load_memory(self.memory, loaded, self.rt.layout.rank)
+        self.epoch_losses = [float(x) for x in loaded.state["epoch_losses"]]
+        self.batch_losses = [float(x) for x in loaded.state["batch_losses"]]
+        self.epoch_sum = float(loaded.state["epoch_sum"])
+
+    # ------------------------------------------------------------------------------------------ training
+    def begin(self, done: int) -> None:
+        self.model.train()
+
+    def train_unit(self, index: int) -> BatchLog:
+        nb = len(self.batches)
+        epoch, position = divmod(index, nb)
+        if position == 0:
+            self.memory.reset()  # TGN starts every epoch from an empty memory
+            self.epoch_sum = 0.0
+        ids = self.batches[position]
+        self.stats.reset()
+        loss, _, _ = self.step(ids, self.train_neg.sample(ids, stream=epoch), self.train_csr, epoch=epoch,
+                               train=True)
+        value = float(all_gather_rows([float(loss)], self.rt.layout.group, "batch loss").sum())  # the global loss
+        self.batch_losses.append(value)
+        self.fetch_bytes.append(self.stats.bytes["tgn_fetch"])
+        self.epoch_sum += value * ids.shape[0]
+        self.train_events += ids.shape[0]
+        ended = None
+        if position == nb - 1:
+            ended = self.epoch_sum / max(sum(b.shape[0] for b in self.batches), 1)
+            self.epoch_losses.append(ended)
+        return BatchLog(batch=index, epoch=epoch, loss=value, fetch_bytes=int(self.fetch_bytes[-1]), epoch_loss=ended)
 
     def mine(self, batch_ids: np.ndarray) -> np.ndarray:
         """This rank's contiguous slice of a global batch."""
@@ -138,6 +220,33 @@ class TGNRun:
         return loss.detach(), out.pos_logit.detach(), out.neg_logit.detach()
 
 
+    def finish(self) -> None:
+        pass
+
+    def evaluate(self, run: RunInfo) -> dict[str, float]:
+        metrics = _evaluate(self) if self.config.eval else {}
+        return {"events_per_s": self._events_per_s(run), **metrics}
+
+    def _events_per_s(self, run: RunInfo) -> float:
+        return self.train_events / run.train_s if run.train_s > 0 else 0.0
+
+    def result(self, run: RunInfo, metrics: dict[str, float]) -> TGNTrainResult:
+        fetch = self.fetch_bytes
+        return TGNTrainResult(
+            **run.base(), state_dict=cpu_state(self.model.state_dict()), epoch_losses=self.epoch_losses,
+            batch_losses=self.batch_losses, events_per_s=self._events_per_s(run),
+            metrics={k: v for k, v in metrics.items() if k != "events_per_s"},
+            fetch_bytes_per_batch=float(np.mean(fetch)) if fetch else 0.0, memory=self.memory,
+            resumed_at=run.resumed_at,
+            devices={"model": {p.device.type for p in self.model.parameters()},
+                     "memory": {self.memory.local.memory.device.type}})
+
+
+def train_tgn(config: TGNTrainConfig, *, events: TemporalEvents | None = None) -> TGNTrainResult:
+    """Train (and evaluate) TGN as ``config`` says; under torchrun each rank owns a share of the node memory."""
+    return run(TGNFamily(config, events=events), config.runtime)
+
+
 def _in_order(node_ids: torch.Tensor, ids: torch.Tensor, a: MemoryRows, b: MemoryRows) -> MemoryRows:
     """Rows of ``a`` then ``b`` (for ``ids``) rearranged into the order of ``node_ids`` (the same set, sorted)."""
     both = MemoryRows.cat([a, b])
@@ -152,140 +261,40 @@ def _batches(ids: np.ndarray, size: int) -> list[np.ndarray]:
     return [ids[i:i + size] for i in range(0, ids.shape[0], size)]
 
 
-def train_tgn(config: TGNTrainConfig, *, events: TemporalEvents | None = None) -> TGNTrainResult:
-    """Train (and evaluate) TGN as ``config`` says; under torchrun each rank owns a share of the node memory."""
-    with Runtime.start(config.runtime) as rt:
-        return _train(config, rt, events)
-
-
-def _train(config: TGNTrainConfig, rt: Runtime, events: TemporalEvents | None) -> TGNTrainResult:
-    lay = rt.layout
-    run = TGNRun(config, rt, events)
-    batches = _batches(run.train_ids, config.batch_size)[: config.max_train_batches]
-    nb, steps = len(batches), config.epochs * len(batches)
-    ckpt = rt.checkpointer("tgn", {"model": asdict(run.model.config), "nodes": run.events.num_nodes,
-                                   "events": run.events.num_events, "batch_size": config.batch_size,
-                                   "train_batches": nb, "inductive_fraction": config.inductive_fraction})
-    done, epoch_losses, batch_losses, epoch_sum = _resume(ckpt, run, steps)
-    start = done
-    rt.started()
-    fetch_bytes, train_events = [], 0
-    reporter = rt.reporter(total=steps, unit="batch", desc=f"train tgn (K={lay.world_size})", done=done)
-    t0 = time.perf_counter()
-    try:
-        for epoch in range(done // nb, config.epochs):
-            if done % nb == 0:
-                run.memory.reset()  # TGN starts every epoch from an empty memory
-                epoch_sum = 0.0
-            run.model.train()
-            for ids in batches[done % nb:]:
-                ckpt.maybe_fail(done + 1)
-                run.stats.reset()
-                loss, _, _ = run.step(ids, run.train_neg.sample(ids, stream=epoch), run.train_csr, epoch=epoch,
-                                      train=True)
-                value = float(all_gather_rows([float(loss)], lay.group, "batch loss").sum())  # the global loss
-                batch_losses.append(value)
-                fetch_bytes.append(run.stats.bytes["tgn_fetch"])
-                epoch_sum += value * ids.shape[0]
-                train_events += ids.shape[0]
-                done += 1
-                reporter.update({"loss": value})
-                if done % nb == 0:
-                    epoch_losses.append(epoch_sum / max(sum(b.shape[0] for b in batches), 1))
-                    rt.metrics.write({"kind": "epoch", "epoch": epoch, "loss": epoch_losses[-1]})
-                if ckpt.due(done, steps):
-                    ckpt.save(done, {"model": cpu_state(run.model.state_dict()), "optimizer": run.opt.state_dict(),
-                                     "epoch_losses": epoch_losses, "batch_losses": batch_losses,
-                                     "epoch_sum": epoch_sum, "rng": torch.get_rng_state()}, [_memory_piece(run)])
-    finally:
-        reporter.close()
-    synchronize(lay.device)
-    train_s = time.perf_counter() - t0
-    metrics = _evaluate(run) if config.eval else {}
-    rt.metrics.write({"kind": "summary", "world_size": lay.world_size, "threads_per_rank": rt.threads,
-                      "startup_s": rt.startup_s, "train_s": train_s, "events_per_s": train_events / train_s,
-                      **metrics})
-    return TGNTrainResult(
-        layout=lay, startup_s=rt.startup_s, train_s=train_s, threads=rt.threads,
-        state_dict=cpu_state(run.model.state_dict()),
-        records=rt.metrics.records, epoch_losses=epoch_losses, batch_losses=batch_losses,
-        events_per_s=train_events / train_s if train_s > 0 else 0.0, metrics=metrics,
-        fetch_bytes_per_batch=float(np.mean(fetch_bytes)) if fetch_bytes else 0.0, memory=run.memory,
-        resumed_at=start,
-        devices={"model": {p.device.type for p in run.model.parameters()},
-                 "memory": {run.memory.local.memory.device.type}},
-    )
-
-
-_MEMORY_FIELDS = ("memory", "last_update", "mail_other", "mail_feat", "mail_t", "mail_eid")
-
-
-def _owned(run: TGNRun) -> torch.Tensor:
-    """Global ids of this rank's nodes, in the order of its memory rows."""
-    owners, rank = run.memory.owners, run.rt.layout.rank
-    gids = np.nonzero(owners.owner == rank)[0]
-    return torch.from_numpy(gids[np.argsort(owners.row[gids], kind="stable")]).long()
-
-
-def _memory_piece(run: TGNRun) -> Piece:
-    """This rank's memory and mailbox rows, saved by global node id (any partition re-reads them)."""
-    local = run.memory.local
-    return Piece(0, (0, run.events.num_nodes), (0, local.memory_dim),
-                 {name: getattr(local, name) for name in _MEMORY_FIELDS}, ids=_owned(run))
-
-
-def _resume(ckpt, run: TGNRun, steps: int) -> tuple[int, list[float], list[float], float]:
-    """Batches done, epoch and batch losses, and the running sum of the epoch in progress: from the checkpoint
-    ``ckpt`` resumes (model, Adam, RNG and this rank's memory and mailbox rows restored), else nothing done."""
-
-    def restore(loaded) -> tuple[int, list[float], list[float], float]:
-        run.model.load_state_dict(loaded.state["model"])
-        run.opt.load_state_dict(loaded.state["optimizer"])
-        gids, local = _owned(run), run.memory.local
-        with torch.no_grad():
-            for name in _MEMORY_FIELDS:
-                getattr(local, name).copy_(loaded.rows_at(0, gids, name).to(local.memory.device))
-        torch.set_rng_state(loaded.state["rng"])
-        return (loaded.step, [float(x) for x in loaded.state["epoch_losses"]],
-                [float(x) for x in loaded.state["batch_losses"]], float(loaded.state["epoch_sum"]))
-
-    return ckpt.resume(steps, "batch", "--epochs", restore) or (0, [], [], 0.0)
-
-
 @torch.no_grad()
-def _evaluate(run: TGNRun) -> dict[str, float]:
+def _evaluate(fam: TGNFamily) -> dict[str, float]:
     """Validation then test, the memory following the stream from where training left it (TGN's protocol).
 
     MRR (TGB's protocol): each of the first ``mrr_events`` test events is scored against ``mrr_negatives`` fixed
     negatives, with the memory as it stands before the event's batch (one extra pass per negative column that
     does not store messages), then the batch is stepped once more to move the memory on.
     """
-    cfg, lay, ev = run.config, run.rt.layout, run.events
-    run.model.eval()
+    cfg, lay, ev = fam.config, fam.rt.layout, fam.events
+    fam.model.eval()
     out: dict[str, float] = {}
     for part in ("val", "test"):
-        ids_all = run.split.ids(part)
+        ids_all = fam.split.ids(part)
         pos, neg, mine, mrr_pos, mrr_neg = [], [], [], [], []
         whole = -(-cfg.mrr_events // cfg.batch_size) * cfg.batch_size  # whole batches
         ranked = ids_all[:whole] if part == "test" and cfg.mrr_negatives else ids_all[:0]
-        fixed = run.eval_neg.sample_fixed(ranked, ev.dst[ranked], cfg.mrr_negatives, stream=1) if ranked.size else None
+        fixed = fam.eval_neg.sample_fixed(ranked, ev.dst[ranked], cfg.mrr_negatives, stream=1) if ranked.size else None
         for start in range(0, ids_all.shape[0], cfg.batch_size):
             ids = ids_all[start:start + cfg.batch_size]
             if start < ranked.size:  # score the fixed negatives first: the memory must not yet have seen the batch
-                cols = [run.step(ids, fixed[start:start + ids.size, j], run.full_csr, epoch=0, train=False,
+                cols = [fam.step(ids, fixed[start:start + ids.size, j], fam.full_csr, epoch=0, train=False,
                                  store=False)[2] for j in range(cfg.mrr_negatives)]
                 mrr_neg.append(torch.stack(cols, dim=1))  # (B_mine, Q)
-            _, p, n = run.step(ids, run.eval_neg.sample(ids), run.full_csr, epoch=0, train=False)
+            _, p, n = fam.step(ids, fam.eval_neg.sample(ids), fam.full_csr, epoch=0, train=False)
             if start < ranked.size:
                 mrr_pos.append(p)
             pos.append(p)
             neg.append(n)
-            mine.append(torch.from_numpy(run.mine(ids)))
+            mine.append(torch.from_numpy(fam.mine(ids)))
         gather = (lambda parts: all_gather_cat(torch.cat(parts).float().cpu(), lay.group).numpy())
         eids = all_gather_cat(torch.cat(mine), lay.group).numpy()
         order = np.argsort(eids, kind="stable")  # back to stream order
         pos_all, neg_all, eids = gather(pos)[order], gather(neg)[order], eids[order]
-        new = (run.inductive.new_node_val_mask if part == "val" else run.inductive.new_node_test_mask)[eids]
+        new = (fam.inductive.new_node_val_mask if part == "val" else fam.inductive.new_node_test_mask)[eids]
         out[f"{part}_ap"] = average_precision(pos_all, neg_all)
         out[f"{part}_auc"] = roc_auc(pos_all, neg_all)
         out[f"{part}_inductive_ap"] = average_precision(pos_all[new], neg_all[new]) if new.any() else float("nan")

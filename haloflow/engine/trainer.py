@@ -1,0 +1,207 @@
+"""The one training loop: ``run(family, runtime_config)`` trains any model family, at any K.
+
+A family (GCN, DLRM, TGN, or a new one) says what it is and how to train one unit; the loop owns everything
+else, once for every family::
+
+    Runtime.start                     join torchrun's group (or run alone), device, metrics log
+      family.setup(rt)                data, model, optimizer, the distributed transforms (K = 1: a group of one)
+      ckpt.resume -> family.restore   weights, optimizer, history, rows (in global terms) + the RNG, by the loop
+      family.begin(done)              position the data where the run (or the checkpoint) stands
+      rt.started()                    start-up ends here
+      for unit in done .. total-1:
+          ckpt.maybe_fail(unit + 1)   the fault point (testing aid)
+          m = family.train_unit(unit) one epoch / step / batch, every rank together -> a typed record
+          metrics log <- m.record()   a JSON line when the family has one for this unit
+          progress    <- m.progress() the bar or a printed line (rank 0)
+          ckpt.due -> ckpt.save(family.export() + the RNG)
+      family.finish()                 in-flight work, final files of its own (e.g. --save)
+      final = family.evaluate(run)    the family's final metrics (collective), throughput in its own terms
+      metrics log <- summary          one schema for every family (``SUMMARY_KEYS``)
+      family.result(run, final)       the family's TrainResult, the same on every rank
+
+A family never calls the checkpointer's ``save`` / ``due`` or the reporter itself, so a fourth family is one
+file that implements ``Family`` and one line in ``engine/families.py``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+import torch
+
+from haloflow.engine.checkpoint import LoadedCheckpoint, Piece
+from haloflow.engine.runtime import Runtime, RuntimeConfig, TrainResult, synchronize
+
+__all__ = ["Family", "UnitMetrics", "Exported", "RunInfo", "SUMMARY_KEYS", "run"]
+
+log = logging.getLogger(__name__)
+
+# The last JSON record of every run, whatever the family: these keys, the family's own in "metrics".
+SUMMARY_KEYS = ("kind", "family", "unit", "units", "units_trained", "units_per_s", "resumed_at", "startup_s",
+                "train_s", "world_size", "threads_per_rank", "device", "metrics")
+
+
+@runtime_checkable
+class UnitMetrics(Protocol):
+    """What one unit of training returns: a typed record that knows how it is shown and logged."""
+
+    def progress(self) -> dict[str, float]:
+        """A few values for the progress bar or the printed line (rank 0)."""
+        ...
+
+    def record(self) -> dict | None:
+        """The JSON line for this unit (with its own "kind"), or None when this unit logs nothing."""
+        ...
+
+
+@dataclass(frozen=True)
+class Exported:
+    """A family's state for a checkpoint, in global terms: ``state`` is the same on every rank (rank 0 writes
+    it); ``pieces`` are this rank's own rows (table rectangles, or rows keyed by global id)."""
+
+    state: dict
+    pieces: tuple[Piece, ...] = ()
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """How the loop ran, handed to ``Family.result``."""
+
+    rt: Runtime
+    total: int  # units the run reaches
+    resumed_at: int  # units the checkpoint had done
+    train_s: float
+
+    @property
+    def trained(self) -> int:
+        return self.total - self.resumed_at
+
+    def base(self) -> dict[str, Any]:
+        """The fields every ``TrainResult`` has, as keyword arguments."""
+        rt = self.rt
+        return {"layout": rt.layout, "startup_s": rt.startup_s, "train_s": self.train_s, "threads": rt.threads,
+                "records": rt.metrics.records}
+
+
+class Family(Protocol):
+    """One model family, as the loop sees it. Attributes:
+
+    kind: "gcn": the checkpoint kind and the summary's family.
+    unit: "epoch", "step" or "batch": what ``train_unit`` trains.
+    more_flag: the flag that trains more units ("--epochs"), named when a checkpoint leaves nothing to train.
+    join: whether the run joins torchrun's group (False: this process alone, e.g. GCN on a whole data set).
+    """
+
+    kind: str
+    unit: str
+    more_flag: str
+    join: bool
+
+    def setup(self, rt: Runtime) -> None:
+        """Build data, model and optimizer on ``rt`` (its layout, device and group); every rank together."""
+        ...
+
+    def total_units(self) -> int:
+        """Units the run trains in all (those a resumed checkpoint did included)."""
+        ...
+
+    def identity(self) -> dict:
+        """What a checkpoint must match to be resumed (model shape, data sizes, optimizer)."""
+        ...
+
+    def export(self) -> Exported:
+        """The state to checkpoint (the RNG is the loop's)."""
+        ...
+
+    def restore(self, loaded: LoadedCheckpoint) -> None:
+        """Put a checkpoint's state in place (weights, optimizer, history, this rank's rows)."""
+        ...
+
+    def begin(self, done: int) -> None:
+        """Called once before the first unit, with the units already done (data position, precomputation)."""
+        ...
+
+    def train_unit(self, index: int) -> UnitMetrics:
+        """Train unit ``index`` (0-based, global over the run); every rank calls it together."""
+        ...
+
+    def finish(self) -> None:
+        """After the last unit: wait for work in flight, write the family's own outputs."""
+        ...
+
+    def evaluate(self, run: RunInfo) -> dict[str, float]:
+        """The final metrics (a collective), given how the loop ran (``run.train_s``: for samples / s and the
+        like); {} when the family has none."""
+        ...
+
+    def result(self, run: RunInfo, metrics: dict[str, float]) -> TrainResult:
+        """The family's result object, the same on every rank."""
+        ...
+
+
+def run(family: Family, runtime: RuntimeConfig) -> TrainResult:
+    """Train ``family`` as ``runtime`` says (group, device, output, checkpoints); see the module docstring.
+
+    Raises:
+        ConfigError: a setting the run cannot use, or a checkpoint that leaves nothing to train.
+        CheckpointError: a checkpoint that does not belong to this run.
+        DistributedError: a peer died or timed out.
+    """
+    with Runtime.start(runtime, join=family.join) as rt:
+        family.setup(rt)
+        total = family.total_units()
+        ckpt = rt.checkpointer(family.kind, family.identity())
+        done = ckpt.resume(total, family.unit, family.more_flag, lambda loaded: _restore(family, loaded)) or 0
+        family.begin(done)
+        rt.started()
+        train_s = _loop(family, rt, ckpt, done, total)
+        family.finish()
+        info = RunInfo(rt=rt, total=total, resumed_at=done, train_s=train_s)
+        metrics = family.evaluate(info)
+        rt.metrics.write(_summary(family, info, metrics))
+        log.info("trained %s for %d %ss on %s", family.kind, info.trained, family.unit, rt.describe())
+        return family.result(info, metrics)
+
+
+def _restore(family: Family, loaded: LoadedCheckpoint) -> int:
+    family.restore(loaded)
+    torch.set_rng_state(loaded.state["rng"])
+    return loaded.step
+
+
+def _loop(family: Family, rt: Runtime, ckpt, done: int, total: int) -> float:
+    """Units ``done`` .. ``total - 1``, with the fault, log, progress and save points; returns the seconds."""
+    lay = rt.layout
+    reporter = rt.reporter(total=total, unit=family.unit, desc=f"train {family.kind} (K={lay.world_size})",
+                           done=done)
+    t0 = time.perf_counter()
+    try:
+        for index in range(done, total):
+            ckpt.maybe_fail(index + 1)
+            metrics = family.train_unit(index)
+            record = metrics.record()
+            if record is not None:
+                rt.metrics.write(record)
+            reporter.update(metrics.progress())
+            if ckpt.due(index + 1, total):
+                exported = family.export()
+                ckpt.save(index + 1, {**exported.state, "rng": torch.get_rng_state()}, exported.pieces)
+    finally:
+        reporter.close()
+    synchronize(lay.device)  # the clock reads the device's finished work
+    return time.perf_counter() - t0
+
+
+def _summary(family: Family, info: RunInfo, metrics: dict[str, float]) -> dict:
+    rt = info.rt
+    record = {"kind": "summary", "family": family.kind, "unit": family.unit, "units": info.total,
+              "units_trained": info.trained,
+              "units_per_s": info.trained / info.train_s if info.train_s > 0 else 0.0,
+              "resumed_at": info.resumed_at, "startup_s": rt.startup_s, "train_s": info.train_s,
+              "world_size": rt.layout.world_size, "threads_per_rank": rt.threads, "device": str(rt.layout.device),
+              "metrics": dict(metrics)}
+    assert tuple(record) == SUMMARY_KEYS  # one schema: a new key goes into SUMMARY_KEYS too
+    return record
