@@ -14,6 +14,7 @@ from haloflow.partition.planner.report import plan_report
 from haloflow.partition.planner.specs import kaggle_tables, load_table_specs, parse_bytes
 from haloflow.partition.planner.storage_reservations import FixedFractionReservation
 from haloflow.partition.planner.types import (
+    CostModel,
     OptionSet,
     Placement,
     RankCost,
@@ -35,6 +36,7 @@ __all__ = [
     "plan_to_json",
     "save_plan",
     "table_wise_plan",
+    "CostModel",
     "EmbeddingCostModel",
     "EmbeddingShardingPlanner",
     "FixedFractionReservation",

@@ -41,6 +41,7 @@ import numpy as np
 
 from haloflow.errors import ConfigError
 from haloflow.partition.planner.types import (
+    CostModel,
     RankCost,
     ShardingPlan,
     ShardingType,
@@ -56,8 +57,9 @@ PRECISIONS = {2: "fp16", 4: "fp32", 8: "fp64"}
 
 
 @dataclass(frozen=True, kw_only=True)
-class EmbeddingCostModel:
-    """Bytes per step of embedding shards, vectorised over shards (array arguments broadcast).
+class EmbeddingCostModel(CostModel):
+    """Bytes per step of embedding shards, vectorised over shards (array arguments broadcast): the default
+    `CostModel`.
 
     Args:
         batch_size: global batch B, split over the K ranks (2048: a typical multi-GPU DLRM step; the
@@ -129,6 +131,17 @@ class EmbeddingCostModel:
             rows = np.asarray(rows, dtype=np.float64)
             return rows * -np.expm1(draws * np.log1p(-1.0 / rows))
         return float(np.sum(-np.expm1(draws * np.log1p(-np.minimum(probs, 1.0)))))
+
+    def replica_unique(self, tables, k: int) -> np.ndarray:
+        """Expected distinct ids of each table a rank touches per step: float64 (T,), one array pass for the
+        tables without a histogram (``table_unique`` for those with one)."""
+        rows = np.array([t.num_rows for t in tables], dtype=np.int64)  # (T,)
+        pool = np.array([t.pooling_factor for t in tables], dtype=np.float64)  # (T,)
+        unique = self.expected_unique(rows, self.batch_size / k * pool)  # (T,) uniform ids
+        for t, spec in enumerate(tables):
+            if spec.id_frequencies is not None:
+                unique[t] = self.table_unique(spec, k)
+        return unique
 
     def table_unique(self, spec: TableSpec, k: int) -> float:
         """Expected distinct ids of ``spec`` a rank touches per step (histogram bins spread evenly over rows)."""

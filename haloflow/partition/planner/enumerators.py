@@ -27,6 +27,7 @@ from haloflow.errors import ConfigError
 from haloflow.partition.planner.cost_model import EmbeddingCostModel
 from haloflow.partition.planner.types import (
     DEFAULT_SHARDING_TYPES,
+    CostModel,
     Enumerator,
     OptionSet,
     ShardingOption,
@@ -42,14 +43,14 @@ __all__ = ["ShardingOptionEnumerator"]
 @dataclass(frozen=True, kw_only=True)
 class ShardingOptionEnumerator(Enumerator):
     """Args:
-    cost_model: prices each shard (default: ``EmbeddingCostModel()``).
+    cost_model: prices each shard, any `CostModel` (default: ``EmbeddingCostModel()``).
     sharding_types: the kinds the plan may use (all four by default).
     min_shard_cols: narrowest column-wise shard (4: narrower pooled vectors waste the all-to-all's bandwidth).
     cache_fractions: cache sizes, as fractions of a table's rows, offered for a ``CACHED`` table that has no
         miss-ratio curve.
     """
 
-    cost_model: EmbeddingCostModel = EmbeddingCostModel()
+    cost_model: CostModel = EmbeddingCostModel()
     sharding_types: tuple[ShardingType, ...] = DEFAULT_SHARDING_TYPES
     min_shard_cols: int = 4
     # the sizes `haloflow bench cache` measures hit rates at, and a few larger ones
@@ -109,10 +110,7 @@ class ShardingOptionEnumerator(Enumerator):
 
     def _replicas(self, per_table, per_table_specs, k, rows, dims, pool, topology) -> None:
         cm = self.cost_model
-        unique = cm.expected_unique(rows, cm.batch_size / k * pool)  # (T,) distinct ids per rank per step
-        for t, spec in enumerate(per_table_specs):
-            if spec.id_frequencies is not None:
-                unique[t] = cm.table_unique(spec, k)
+        unique = cm.replica_unique(per_table_specs, k)  # (T,) distinct ids per rank per step
         base = topology.seconds(cm.replica_traffic(k, rows, dims, pool, unique))  # (T,) paid by every rank
         mem = cm.shard_memory(rows, dims)  # (T,)
         zeros, no_cost = np.zeros(k, dtype=np.int64), np.zeros(k)

@@ -23,6 +23,7 @@ from haloflow.partition.planner.partitioners import GreedyCostPartitioner
 from haloflow.partition.planner.proposers import GreedyProposer
 from haloflow.partition.planner.storage_reservations import FixedFractionReservation
 from haloflow.partition.planner.types import (
+    CostModel,
     Enumerator,
     OptionSet,
     Partitioner,
@@ -48,7 +49,7 @@ class EmbeddingShardingPlanner:
 
     Args:
         topology: ranks, memory budgets, bandwidths.
-        cost_model: batch size, precision, optimizer state (default ``EmbeddingCostModel()``).
+        cost_model: prices the options (default ``EmbeddingCostModel()``: batch size, precision, optimizer state).
         reservation, enumerator, proposer, partitioner: the stages (defaults: no reservation, every option,
             ``GreedyProposer``, ``GreedyCostPartitioner``). An enumerator given here brings its own cost model.
     """
@@ -57,7 +58,7 @@ class EmbeddingShardingPlanner:
         self,
         topology: Topology,
         *,
-        cost_model: EmbeddingCostModel | None = None,
+        cost_model: CostModel | None = None,
         reservation: StorageReservation | None = None,
         enumerator: Enumerator | None = None,
         proposer: Proposer | None = None,

@@ -35,6 +35,10 @@ The search runs as a pipeline of small stages, each an abstract class here with 
 
     reserve (StorageReservation) -> enumerate (ShardingOptionEnumerator) -> propose (Proposer)
         -> partition (Partitioner) -> rate (slowest rank's cost), feedback to the proposer, repeat
+
+    CostModel (default EmbeddingCostModel, cost_model.py) prices what the stages compare: the enumerator asks it
+    for every option's traffic and memory, messages for a table's size, the planner for the final plan's
+    per-rank cost
 """
 
 from __future__ import annotations
@@ -43,14 +47,10 @@ import abc
 import math
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from haloflow.errors import ConfigError, PlanError
-
-if TYPE_CHECKING:
-    from haloflow.partition.planner.cost_model import EmbeddingCostModel
 
 __all__ = [
     "ShardingType",
@@ -66,6 +66,7 @@ __all__ = [
     "ShardingOption",
     "OptionSet",
     "Placement",
+    "CostModel",
     "StorageReservation",
     "Enumerator",
     "Proposer",
@@ -435,7 +436,7 @@ class OptionSet:
     tables: tuple[TableSpec, ...]
     options: tuple[tuple[ShardingOption, ...], ...]
     topology: Topology
-    cost_model: EmbeddingCostModel
+    cost_model: CostModel
 
     def describe(self, t: int) -> str:
         """``t7 (10,131,227 x 16 fp32 + optimizer state = 1.21 GiB)``."""
@@ -468,6 +469,47 @@ class Placement:
             if x > y + eps:
                 return False
         return False
+
+
+class CostModel(abc.ABC):
+    """Prices shards for the stages: bytes per training step and bytes held (``cost_model.py`` has the formulas).
+
+    Traffic and memory methods are vectorised: array arguments broadcast, and the result has their shape, so
+    the enumerator costs one (sharding, shard count) family of every table in one call. ``k`` is the world size.
+    """
+
+    @abc.abstractmethod
+    def server_traffic(self, k: int, pooling, share, cols) -> Traffic:
+        """What serving one model-parallel shard (``share`` of the lookups, ``cols`` columns) costs its rank."""
+
+    @abc.abstractmethod
+    def client_traffic(self, k: int, pooling, share, cols) -> Traffic:
+        """What the same shard costs each rank that does not hold it."""
+
+    @abc.abstractmethod
+    def replica_unique(self, tables: tuple[TableSpec, ...], k: int) -> np.ndarray:
+        """Expected distinct ids of each table a rank touches per step: float64 (T,) (``replica_traffic``'s
+        ``unique``)."""
+
+    @abc.abstractmethod
+    def replica_traffic(self, k: int, rows, dim, pooling, unique=None) -> Traffic:
+        """What a data-parallel table costs every rank (``unique`` distinct ids per rank per step)."""
+
+    @abc.abstractmethod
+    def cached_host_traffic(self, spec: TableSpec, slots) -> np.ndarray:
+        """Host <-> device bytes per step of ``spec`` cached in ``slots`` device rows, on the rank holding it."""
+
+    @abc.abstractmethod
+    def shard_memory(self, rows, cols):
+        """Bytes of a shard's weights and optimizer state."""
+
+    @abc.abstractmethod
+    def describe(self, spec: TableSpec) -> str:
+        """The table's size for messages: ``10,131,227 x 16 fp32 + optimizer state = 1.21 GiB``."""
+
+    @abc.abstractmethod
+    def rank_costs(self, plan: ShardingPlan, specs, topology: Topology) -> tuple[RankCost, ...]:
+        """Per-rank traffic, seconds and memory of a whole plan (the planner's rating of its answer)."""
 
 
 class StorageReservation(abc.ABC):

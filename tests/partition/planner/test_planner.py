@@ -9,7 +9,16 @@ from haloflow.partition.planner.enumerators import ShardingOptionEnumerator
 from haloflow.partition.planner.planner import EmbeddingShardingPlanner, lower_bound, plan_tables
 from haloflow.partition.planner.plan_io import load_plan, save_plan
 from haloflow.partition.planner.validate import validate_plan
-from haloflow.partition.planner.types import Shard, ShardingPlan, ShardingType, Storage, TablePlan, TableSpec, Topology
+from haloflow.partition.planner.types import (
+    CostModel,
+    Shard,
+    ShardingPlan,
+    ShardingType,
+    Storage,
+    TablePlan,
+    TableSpec,
+    Topology,
+)
 
 DP, TW, RW = ShardingType.DATA_PARALLEL, ShardingType.TABLE_WISE, ShardingType.ROW_WISE
 MiB = 2**20
@@ -148,3 +157,38 @@ def test_the_kaggle_tables_fit_one_gib_on_one_rank_only_cached():
     assert {"C3", "C12"} <= {tp.table for tp in cached}  # the two largest tables
     assert plan.per_rank[0].memory.device + plan.per_rank[0].memory.host >= 4 * sum(s.num_rows for s in specs) * 16
     assert plan.per_rank[0].traffic.host > 0
+
+
+def _forwarding(inner: CostModel) -> tuple[CostModel, list[str]]:
+    """A cost model with the interface's methods only, each forwarded to ``inner``; and the names it was asked."""
+    calls = []
+
+    def forward(name):
+        def method(self, *args, **kwargs):
+            calls.append(name)
+            return getattr(inner, name)(*args, **kwargs)
+        return method
+
+    cls = type("Forwarding", (CostModel,), {name: forward(name) for name in CostModel.__abstractmethods__})
+    return cls(), calls
+
+
+def test_the_planner_asks_its_cost_model_only_through_the_interface():
+    specs = synthetic(20, seed=5) + [TableSpec(name="hot", num_rows=5000, dim=8, id_frequencies=np.arange(1.0, 51))]
+    topo = Topology(world_size=2, memory_per_rank=2**30)
+    inner = EmbeddingCostModel(optimizer_slots=1.0)
+    model, calls = _forwarding(inner)
+    kinds = tuple(ShardingType)
+
+    def plan(cm, topology=topo):
+        return EmbeddingShardingPlanner(topology, enumerator=ShardingOptionEnumerator(
+            cost_model=cm, sharding_types=kinds)).plan(specs)
+
+    assert plan(model) == plan(inner)
+    messages = []
+    for cm in (inner, model):  # the table that does not fit is described by the cost model
+        with pytest.raises(PlanError, match="does not fit") as err:
+            plan(cm, Topology(world_size=2, memory_per_rank=64))
+        messages.append(str(err.value))
+    assert messages[0] == messages[1]
+    assert set(calls) == set(CostModel.__abstractmethods__)  # every method the stages need, none beyond
