@@ -62,7 +62,10 @@ def main(argv: list[str] | None = None) -> int:
 
 def name_flags(err: ConfigError, flags: dict[str, str]) -> ConfigError:
     """The same error with each config field named in its message (a key of ``flags``) replaced by the flag the
-    user typed (its value), so that ``PartitionConfig.num_parts must be ...`` reads ``--parts must be ...``."""
+    user typed (its value), so that ``PartitionConfig.num_parts must be ...`` reads ``--parts must be ...``.
+
+    For ``partition`` and ``plan-tables``; the trainers' flags come from their configs' field declarations, which
+    name the flag without rewriting the message (``config_args.py``)."""
     msg = str(err)
     for field, flag in flags.items():
         msg = msg.replace(field, flag)

@@ -1,13 +1,13 @@
-"""Flags every trainer shares, and the one way ``--nproc K`` starts K ranks.
+"""The flags that start ranks, and the one way ``--nproc K`` starts K ranks.
 
 ::
 
-    haloflow train MODEL ... [--nproc K] [--device auto|cpu|cuda] [--timeout S] [--log-jsonl FILE]
-                             [--log-every N] [--no-progress]
+    haloflow train MODEL ... [--nproc K [--max-restarts N]]
 
-``--nproc K`` (outside torchrun) runs ``torchrun --standalone --nproc-per-node K -m haloflow ARGS`` where ARGS
-is the command line as typed, less ``--nproc``: every trainer relaunches the same way, and the ranks parse the
-same flags the user gave.
+The flags every trainer shares (``--device``, ``--timeout``, ``--log-jsonl``, checkpoints) are ``RuntimeConfig``'s,
+generated with the rest of the trainer's config (``config_args.py``). ``--nproc K`` (outside torchrun) runs
+``torchrun --standalone --nproc-per-node K -m haloflow ARGS`` where ARGS is the command line as typed, less
+``--nproc``: every trainer relaunches the same way, and the ranks parse the same flags the user gave.
 """
 
 from __future__ import annotations
@@ -20,65 +20,30 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from haloflow.engine.checkpoint import CheckpointConfig
 from haloflow.engine.launch import launch_torchrun
-from haloflow.engine.runtime import DEVICES, RuntimeConfig, expect_parts as _expect_parts
+from haloflow.engine.runtime import expect_parts as _expect_parts
 from haloflow.errors import ConfigError, HaloflowError
 
-__all__ = ["add_runtime_arguments", "runtime_config", "relaunch_if_asked", "launch_or_train", "folder_parts", "RUNTIME_FLAGS"]
-
-# config field -> the flag that sets it (for error messages that name what the user typed)
-RUNTIME_FLAGS = {"device": "--device", "timeout_s": "--timeout", "log_jsonl": "--log-jsonl",
-                 "log_every": "--log-every", "nproc": "--nproc", "checkpoint_dir": "--checkpoint-dir",
-                 "checkpoint_every": "--checkpoint-every", "checkpoint_keep": "--checkpoint-keep",
-                 "resume": "--resume", "fail_at": "--fail-at", "fail_rank": "--fail-rank",
-                 "max_restarts": "--max-restarts"}
+__all__ = ["add_launch_arguments", "relaunch_if_asked", "launch_or_train", "folder_parts"]
 
 
-def add_runtime_arguments(p: argparse.ArgumentParser, defaults: RuntimeConfig) -> None:
-    g = p.add_argument_group("running")
-    g.add_argument("--nproc", type=int, metavar="K", help="start K local ranks with torchrun (K = the partition's "
-                   "or the plan's parts); leave it out under your own torchrun")
-    g.add_argument("--device", choices=DEVICES, default=defaults.device,
-                   help=f"where each rank computes (default {defaults.device}: CUDA when present; rank r uses "
-                   "GPU LOCAL_RANK)")
-    g.add_argument("--timeout", dest="timeout_s", type=float, default=defaults.timeout_s, metavar="S",
-                   help=f"seconds a rank waits for a silent peer before failing (default {defaults.timeout_s:g})")
-    g.add_argument("--log-jsonl", metavar="FILE", help="rank 0 writes one JSON object per epoch / logging step")
-    g.add_argument("--log-every", type=int, default=0, metavar="N",
-                   help="without a progress bar, print a line every N epochs or steps (default: ~10 lines)")
-    g.add_argument("--no-progress", action="store_true", help="no progress bar")
-    c = p.add_argument_group("checkpoints and recovery")
-    c.add_argument("--checkpoint-dir", metavar="DIR", help="save checkpoints here (model, optimizer, RNG, position; "
-                   "in global terms, so any number of ranks can resume them)")
-    c.add_argument("--checkpoint-every", type=int, default=0, metavar="N",
-                   help="save every N epochs (GCN) or steps (DLRM), and at the end (default: at the end only)")
-    c.add_argument("--checkpoint-keep", type=int, default=2, metavar="M", help="keep the newest M (default 2)")
-    c.add_argument("--resume", metavar="DIR", help="continue from the newest checkpoint in DIR (or from the "
-                   "checkpoint folder DIR), at any number of ranks")
-    c.add_argument("--max-restarts", type=int, default=0, metavar="N",
+def add_launch_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags that start ranks rather than configure one: the ranks never see them (``--nproc`` is dropped
+    from their command line, ``--max-restarts`` goes to torchrun)."""
+    g = p.add_argument_group("starting ranks")
+    nproc = g.add_argument("--nproc", type=int, metavar="K", help="start K local ranks with torchrun (K = the "
+                           "partition's or the plan's parts); leave it out under your own torchrun")
+    nproc.means = "this process alone"  # read by config_args.HelpFormatter
+    g.add_argument("--max-restarts", type=int, default=0, metavar="N",
                    help="with --nproc: when a rank dies, restart every rank from the last checkpoint, up to N times")
-    c.add_argument("--fail-at", type=int, metavar="STEP", help="testing aid: rank --fail-rank kills itself "
-                   "(SIGKILL) on reaching epoch or step STEP (from 1), in the first attempt only")
-    c.add_argument("--fail-rank", type=int, default=0, metavar="R", help="the rank --fail-at kills (default 0)")
 
 
-def runtime_config(args: argparse.Namespace, defaults: RuntimeConfig) -> RuntimeConfig:
-    try:
-        if args.max_restarts and args.nproc is None and "WORLD_SIZE" not in os.environ:
-            raise ConfigError("--max-restarts restarts the ranks --nproc starts; give --nproc K (under your own "
-                              "torchrun, pass --max-restarts to torchrun)", field="max_restarts")
-        if args.max_restarts and args.checkpoint_dir is None:
-            raise ConfigError("--max-restarts needs --checkpoint-dir: a restart continues from the last "
-                              "checkpoint", field="max_restarts")
-        checkpoint = CheckpointConfig(dir=args.checkpoint_dir, every=args.checkpoint_every,
-                                      keep=args.checkpoint_keep, resume=args.resume, fail_at=args.fail_at,
-                                      fail_rank=args.fail_rank)
-        return RuntimeConfig(device=args.device, timeout_s=args.timeout_s, log_jsonl=args.log_jsonl,
-                             progress=not args.no_progress, log_every=args.log_every, checkpoint=checkpoint)
-    except ConfigError as err:
-        flag = RUNTIME_FLAGS.get(err.field or "")
-        raise ConfigError(f"{flag}: {err}" if flag else str(err), field=err.field) from None
+def _check_restarts(args: argparse.Namespace, config) -> None:
+    if args.max_restarts and args.nproc is None and "WORLD_SIZE" not in os.environ:
+        raise ConfigError("--max-restarts restarts the ranks --nproc starts; give --nproc K (under your own "
+                          "torchrun, pass --max-restarts to torchrun)")
+    if args.max_restarts and config.runtime.checkpoint.dir is None:
+        raise ConfigError("--max-restarts needs --checkpoint-dir: a restart continues from the last checkpoint")
 
 
 def relaunch_if_asked(args: argparse.Namespace) -> int | None:
@@ -147,6 +112,7 @@ def launch_or_train(args: argparse.Namespace, config, train, parts: Callable[[],
     """What every ``haloflow train MODEL`` does after parsing: with ``--nproc K``, check K against what ``parts``
     says the input was made for (before any process starts) and relaunch; otherwise ``train(config)`` here and
     print its summary table on rank 0."""
+    _check_restarts(args, config)
     if args.nproc is not None and parts is not None:
         k, source = parts()
         _expect_parts(k, args.nproc, source)

@@ -34,6 +34,7 @@ from torch import nn
 
 from haloflow.engine.comm import CommStats, wait_work
 from haloflow.errors import ConfigError
+from haloflow.utils.config_flags import hidden, option
 
 __all__ = ["GradSyncConfig", "BucketedGradSync", "chunk_sizes", "sync_bytes"]
 
@@ -49,8 +50,8 @@ class GradSyncConfig:
             is never split): with one bucket, nothing would launch before backward ends.
     """
 
-    bucket_bytes: int = 1 << 20
-    min_buckets: int = 2
+    bucket_bytes: int = option(1 << 20, help="largest weight-gradient bucket")
+    min_buckets: int = hidden(2, why="a property of the overlap, not of a run")
 
     def __post_init__(self) -> None:
         if self.bucket_bytes <= 0:

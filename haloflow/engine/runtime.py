@@ -34,6 +34,7 @@ import torch.distributed as dist
 from haloflow.engine.checkpoint import CheckpointConfig, Checkpointer
 from haloflow.engine.comm import register_peers
 from haloflow.errors import ConfigError
+from haloflow.utils.config_flags import nested, option
 from haloflow.utils.progress import progress_bar
 from haloflow.utils.threads import follow_torch_threads
 
@@ -221,12 +222,16 @@ class RuntimeConfig:
         checkpoint: where and how often to save, and where to resume from (``engine/checkpoint.py``).
     """
 
-    device: str = "auto"
-    timeout_s: float = 120.0
-    log_jsonl: str | Path | None = None
-    progress: bool = True
-    log_every: int = 0
-    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    device: str = option("auto", choices=DEVICES, means="CUDA when present",
+                         help="where each rank computes (rank r uses GPU LOCAL_RANK)")
+    timeout_s: float = option(120.0, "--timeout", metavar="S",
+                              help="seconds a rank waits for a silent peer before failing")
+    log_jsonl: str | Path | None = option(None, metavar="FILE",
+                                          help="rank 0 writes one JSON object per epoch / logging step")
+    progress: bool = option(True, "--no-progress", negate=True, help="no progress bar")
+    log_every: int = option(0, metavar="N", means="about ten lines a run",
+                            help="without a progress bar, print a line every N epochs or steps")
+    checkpoint: CheckpointConfig = nested(CheckpointConfig, "checkpoints and recovery")
 
     def __post_init__(self) -> None:
         if self.device not in DEVICES:

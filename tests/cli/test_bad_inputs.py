@@ -208,7 +208,7 @@ def test_memory_per_rank_must_be_finite(cli_fails, memory):
 
 def test_nothing_to_evaluate_or_train_on_is_an_error(cli_fails, clicks, tmp_path):
     cli_fails(["train", "dlrm", "--data", clicks, "--max-eval-batches", 0, "--no-progress"],
-              "--max-eval-batches must be >= 1")
+              "--max-eval-batches: max_eval_batches must be >= 1")
     empty = tmp_path / "empty"
     ClickLogGenerator(ClickLogConfig(scale=1e-4, max_rows=50)).write_parquet(
         empty, {"train": 0, "val": 64, "test": 64}, row_group_size=64)
@@ -240,7 +240,8 @@ def test_binary_plan_and_table_files_are_one_line(cli_fails, tmp_path):
 
 @pytest.mark.parametrize("argv, message", [
     (["partition", "{g}", "--parts", 2, "--imbalance", "inf", "--out", "{tmp}/o"], "--imbalance must be a finite"),
-    (["train", "gcn", "--partitions", "{k1}", "--layers", 1_000_000], "--layers must be <= 1,024, got 1,000,000"),
+    (["train", "gcn", "--partitions", "{k1}", "--layers", 1_000_000],
+     "--layers: num_layers must be <= 1,024, got 1,000,000"),
     (["train", "gcn", "--partitions", "{k1}", "--save", "{tmp}/x", "--log-jsonl", "{tmp}/./x"],
      "(--save, --log-jsonl) both name"),
     (["preprocess", "clicks", "--out", "{tmp}/o", "--multi-hot", "inf"], "multi_hot must be in [1, 1024]"),

@@ -30,7 +30,7 @@ def test_bad_widths_are_a_usage_error(capsys):
 
 
 def test_user_errors_are_one_line_and_exit_2(tmp_path, cli_fails):
-    cli_fails(["train", "dlrm", "--synthetic", "--batch-size", "0"], "--batch-size must be >= 1, got 0")
+    cli_fails(["train", "dlrm", "--synthetic", "--batch-size", "0"], "--batch-size: batch_size must be >= 1, got 0")
     cli_fails(["train", "dlrm", "--synthetic", "--lr", "0"], "lr must be a finite number > 0, got 0.0")
     cli_fails(["train", "dlrm", "--data", tmp_path / "missing"], "missing", "metadata.json")
     cli_fails(["train", "dlrm", "--synthetic", "--timeout", "-1"], "--timeout: timeout_s must be")

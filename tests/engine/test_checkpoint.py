@@ -80,8 +80,8 @@ def test_a_checkpoint_of_another_model_names_what_differs(tmp_path):
 
 def test_bad_settings_name_their_flag(tmp_path):
     (tmp_path / "file").write_text("x")
-    for kwargs, field in [({"every": -1}, "checkpoint_every"), ({"keep": 0}, "checkpoint_keep"),
-                          ({"every": 2}, "checkpoint_dir"), ({"dir": tmp_path / "file"}, "checkpoint_dir"),
+    for kwargs, field in [({"every": -1}, "every"), ({"keep": 0}, "keep"),
+                          ({"every": 2}, "dir"), ({"dir": tmp_path / "file"}, "dir"),
                           ({"resume": tmp_path / "nothing"}, "resume"), ({"fail_at": 0}, "fail_at")]:
         with pytest.raises(ConfigError) as err:
             CheckpointConfig(**kwargs)

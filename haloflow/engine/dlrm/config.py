@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from haloflow.data.paths import check_output_parent
 from haloflow.engine.runtime import RuntimeConfig
 from haloflow.errors import ConfigError
+from haloflow.utils.config_flags import follows, nested, option
 
 __all__ = ["DLRMTrainConfig", "ROW_OPTIMIZERS"]
 
@@ -45,28 +46,34 @@ class DLRMTrainConfig:
         runtime: device, timeout and output (``RuntimeConfig``; ``log_jsonl`` gets every JSON record).
     """
 
-    data: Path | None = None
-    synthetic: bool = False
-    synthetic_scale: float = 1e-3  # Kaggle's 33.8 M rows -> ~34 k rows: a laptop-sized run
-    synthetic_max_rows: int | None = None
-    synthetic_train: int = 65_536
-    synthetic_val: int = 8_192
-    plan: Path | None = None
-    batch_size: int = 128  # FACTS.md: the Kaggle DLRM's batch
-    lr: float = 0.1  # FACTS.md: SGD lr 0.1
-    epochs: int = 1
-    max_steps: int | None = None
-    log_every: int = 100
-    max_eval_batches: int | None = None
-    embedding_dim: int = 16
-    bottom_mlp: tuple[int, ...] = (512, 256, 64)
-    top_mlp: tuple[int, ...] = (512, 256)
-    seed: int = 0
-    dp_grad: str = "sparse"
-    optimizer: str = "sgd"
-    cache_ratio: float | None = None
-    cache_policy: str = "lru"
-    runtime: RuntimeConfig = field(default_factory=lambda: RuntimeConfig(timeout_s=300.0))
+    data: Path | None = option(None, metavar="DIR", help="folder written by `haloflow preprocess criteo`")
+    synthetic: bool = option(False, help="train on the synthetic Criteo-like click log")
+    # Kaggle's 33.8 M rows -> ~34 k rows: a laptop-sized run
+    synthetic_scale: float = option(1e-3, help="Kaggle table sizes times this")
+    synthetic_max_rows: int | None = option(None, means="no cap", help="cap on a synthetic table's rows")
+    synthetic_train: int = option(65_536, help="synthetic training samples")
+    synthetic_val: int = option(8_192, help="synthetic validation samples")
+    plan: Path | None = option(None, metavar="PLAN", means="whole tables spread over the ranks",
+                               help="sharding plan JSON (`haloflow plan-tables`)")
+    batch_size: int = option(128, help="global batch, split over the ranks")  # FACTS.md: the Kaggle DLRM's batch
+    lr: float = option(0.1, help="SGD learning rate")  # FACTS.md: SGD lr 0.1
+    epochs: int = option(1, help="passes over the training split")
+    max_steps: int | None = option(None, means="the whole epochs", help="stop after this many steps")
+    log_every: int = follows(100, "runtime.log_every")  # --log-every N: a JSON record every N steps too
+    max_eval_batches: int | None = option(None, means="the whole split", help="cap on validation batches")
+    embedding_dim: int = option(16, help="width of every embedding row")
+    bottom_mlp: tuple[int, ...] = option((512, 256, 64), metavar="W,W,..", help="widths of the dense features' MLP")
+    top_mlp: tuple[int, ...] = option((512, 256), metavar="W,W,..", help="widths of the MLP over the interactions")
+    seed: int = option(0, help="weights and the synthetic log")
+    dp_grad: str = option("sparse", choices=("sparse", "dense"), help="how data-parallel tables' gradients are summed")
+    optimizer: str = option("sgd", choices=ROW_OPTIMIZERS, help="optimizer of the tables (adagrad and "
+                            "rowwise_adagrad keep their state with the rows; the MLPs then use Adagrad)")
+    cache_ratio: float | None = option(
+        None, metavar="R", means="whole tables on the device", help="keep this fraction of each table's rows in a "
+        "software cache on the device, the rest in host memory (e.g. 0.01; with --nproc/--plan, of each shard's "
+        "rows); a plan's cached tables get their planned caches either way")
+    cache_policy: str = option("lru", choices=("lru", "lfu", "frequency"), help="which rows stay cached")
+    runtime: RuntimeConfig = nested(lambda: RuntimeConfig(timeout_s=300.0), "running")
 
     def __post_init__(self) -> None:
         if (self.data is None) == (not self.synthetic):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from haloflow.data.paths import check_output_parent
@@ -13,6 +13,7 @@ from haloflow.engine.runtime import RuntimeConfig
 from haloflow.errors import ConfigError
 from haloflow.models.gcn import CONVS, MAX_LAYERS, GCNConfig
 from haloflow.models.spmm import DEFAULT_KERNEL, KERNELS
+from haloflow.utils.config_flags import hidden, nested, option
 
 __all__ = ["GCNTrainConfig", "OPTIMIZERS"]
 
@@ -28,30 +29,39 @@ class GCNTrainConfig:
     the gradient sync and the runtime (device, timeout, output) have configs of their own, nested here.
     """
 
-    dataset: str | None = None
-    partitions: str | None = None
-    dataset_format: str = "auto"
-    reader_options: tuple[tuple[str, object], ...] = ()  # e.g. (("one_based", True),): passed to read_dataset
-    symmetrize: bool = True  # GCN expects an undirected graph; `haloflow partition` symmetrises the same way
-    normalize_features: bool = True  # divide each row by its sum (the GCN paper's preprocessing); per node, so any K
+    dataset: str | None = option(None, metavar="PATH",
+                                 help="a data set (SNAP, PACE, OGB folder, Planetoid folder): one process")
+    partitions: str | None = option(None, metavar="DIR",
+                                    help="a partition folder from `haloflow partition`: one rank per part")
+    dataset_format: str = option("auto", "--format", help="format of --dataset")
+    reader_options: tuple[tuple[str, object], ...] = hidden(  # e.g. (("one_based", True),): passed to read_dataset
+        (), why="the reader flags (--num-nodes, --one-based, --name, --split), shared with `haloflow partition`")
+    # GCN expects an undirected graph; `haloflow partition` symmetrises the same way
+    symmetrize: bool = option(True, "--directed", negate=True, help="with --dataset: do not symmetrise the graph")
+    # divide each row by its sum (the GCN paper's preprocessing); per node, so any K
+    normalize_features: bool = option(True, "--no-normalize", negate=True,
+                                      help="keep the features as they are (no row sums of 1)")
     # model
-    hidden_dim: int = 16
-    num_layers: int = 2
-    dropout: float = 0.5
-    conv: str = "gcn"
-    seed: int = 0  # weights and dropout masks
-    precompute_first: bool = True  # layer 0's A X once, its dropout on A X (False: Kipf's dropout on X)
-    kernel: str = DEFAULT_KERNEL
+    hidden_dim: int = option(16, "--hidden", help="width of the hidden layers")
+    num_layers: int = option(2, "--layers", help=f"graph convolutions (at most {MAX_LAYERS:,})")
+    dropout: float = option(0.5, help="dropout probability")
+    conv: str = option("gcn", help=" or ".join(CONVS))
+    seed: int = option(0, help="weights, dropout masks and halo sampling")
+    # layer 0's A X once, its dropout on A X (False: Kipf's dropout on X)
+    precompute_first: bool = option(True, "--no-precompute", negate=True,
+                                    help="Kipf's layer 0 (dropout on X, A X every epoch) instead of A X once with "
+                                    "dropout on A X")
+    kernel: str = option(DEFAULT_KERNEL, help=f"SpMM kernel on CPU: {' or '.join(KERNELS)}")
     # optimisation
-    epochs: int = 200
-    lr: float = 0.01
-    weight_decay: float = 5e-4  # on layer 0's weights only, as in the GCN paper
-    optimizer: str = "adam"
+    epochs: int = option(200, help="full-batch epochs")
+    lr: float = option(0.01, help="learning rate")
+    weight_decay: float = option(5e-4, help="on layer 0's weights only, as in the GCN paper")
+    optimizer: str = option("adam", help=" or ".join(OPTIMIZERS))
     # distribution and output
-    halo: HaloConfig = field(default_factory=HaloConfig)
-    grad_sync: GradSyncConfig = field(default_factory=GradSyncConfig)
-    runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
-    save: str | None = None
+    halo: HaloConfig = nested(HaloConfig, "halo exchange", follow={"seed": "seed"})
+    grad_sync: GradSyncConfig = nested(GradSyncConfig, "gradient sync")
+    runtime: RuntimeConfig = nested(RuntimeConfig, "running")
+    save: str | None = option(None, metavar="FILE", help="save the final model state (rank 0)")
 
     def __post_init__(self) -> None:
         if (self.dataset is None) == (self.partitions is None):
@@ -84,7 +94,7 @@ class GCNTrainConfig:
         ckpt = self.runtime.checkpoint
         if self.halo.staleness and (ckpt.dir is not None or ckpt.resume is not None):
             raise ConfigError("staleness 1 carries last epoch's halos from epoch to epoch, and a checkpoint does not "
-                              "hold them: checkpoints and resume need staleness 0", field="staleness")
+                              "hold them: checkpoints and resume need staleness 0", field="halo.staleness")
 
     def model_config(self, in_dim: int, out_dim: int) -> GCNConfig:
         return GCNConfig(in_dim=in_dim, out_dim=out_dim, hidden_dim=self.hidden_dim, num_layers=self.num_layers,

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from haloflow.data.paths import check_output_parent
 from haloflow.engine.runtime import RuntimeConfig
 from haloflow.errors import ConfigError
 from haloflow.models.tgn import TGNConfig
+from haloflow.utils.config_flags import hidden, nested, option
 
 __all__ = ["TGNTrainConfig", "SCHEDULES"]
 
@@ -32,23 +33,27 @@ class TGNTrainConfig:
         schedule: "overlap" (fetch rows while sampling) or "wait_first" (the benchmark's control).
     """
 
-    events: str | Path
-    partitions: str | Path | None = None
-    batch_size: int = 200
-    epochs: int = 1
-    lr: float = 1e-4
-    memory_dim: int = 100
-    time_dim: int = 100
-    embedding_dim: int = 100
-    num_neighbors: int = 10
-    seed: int = 0
-    max_train_batches: int | None = None
-    eval: bool = True
-    mrr_negatives: int = 20
-    mrr_events: int = 2000
-    inductive_fraction: float = 0.1
-    schedule: str = "overlap"
-    runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
+    events: str | Path = option(metavar="FILE", help="JODIE CSV (u,i,ts,label[,features]) or SNAP temporal edge "
+                                "list (src dst time)")
+    partitions: str | Path | None = option(None, metavar="DIR", means="contiguous blocks of node ids",
+                                           help="`haloflow partition` folder of the same stream: node memory lives "
+                                           "with its part")
+    batch_size: int = option(200, help="events per batch")
+    epochs: int = option(1, help="passes over the training events")
+    lr: float = option(1e-4, help="Adam learning rate")
+    memory_dim: int = option(100, help="width of a node's memory")
+    time_dim: int = option(100, help="width of the time encoding")
+    embedding_dim: int = option(100, help="width of a node's embedding")
+    num_neighbors: int = option(10, "--neighbors", help="most recent neighbours attended to")
+    seed: int = option(0, help="weights, negatives and the held-out nodes")
+    max_train_batches: int | None = option(None, "--max-batches", means="the whole epoch",
+                                           help="stop each epoch after this many batches")
+    eval: bool = option(True, "--no-eval", negate=True, help="skip the validation and test passes")
+    mrr_negatives: int = option(20, help="fixed negatives per test event for the MRR (0: none)")
+    mrr_events: int = hidden(2000, why="a property of the benchmark's MRR, set from Python")
+    inductive_fraction: float = hidden(0.1, why="TGN's inductive split, set from Python")
+    schedule: str = hidden("overlap", why="the control `haloflow bench tgn` times the overlap against")
+    runtime: RuntimeConfig = nested(RuntimeConfig, "running")
 
     def __post_init__(self) -> None:
         for name in ("batch_size", "epochs", "memory_dim", "time_dim", "embedding_dim", "num_neighbors"):
