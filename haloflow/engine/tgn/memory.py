@@ -190,7 +190,9 @@ class ShardedMemory:
             return FetchHandle(None, self.local.gather(self._row[node_ids.cpu()]), torch.empty(0), self._like)
         order, rows, counts = self._split(node_ids)
         recv_counts = self._exchange_counts(counts)
-        asked = all_to_all(rows, counts, recv_counts, group=self.group, stats=self.stats, kind="tgn_fetch").wait()
+        # the row numbers travel from the device, as every tensor sent: NCCL moves no host tensors
+        asked = all_to_all(rows.to(self.device), counts, recv_counts, group=self.group, stats=self.stats,
+                           kind="tgn_fetch").wait()
         reply = _pack(self.local.gather(asked))  # (sum recv, bytes): the rows other ranks asked of me
         width = reply.shape[1]
         handle = all_to_all(reply.reshape(-1), [c * width for c in recv_counts], [c * width for c in counts],
