@@ -3,14 +3,14 @@
 One walk over the config's fields, nested configs included, gives every flag its place; the same walk builds
 the config back from the parsed namespace, inner configs first::
 
-    GCNTrainConfig                      argparse (dest = the field's path)       --help group
-      hidden_dim   option("--hidden")   --hidden HIDDEN  -> "hidden_dim"          options
-      halo: HaloConfig  nested(...)
-        staleness  option()             --staleness N    -> "halo.staleness"      halo exchange
-        seed       hidden(), followed   (none: GCN's --seed sets it)
-      runtime: RuntimeConfig  nested(...)
-        checkpoint: CheckpointConfig  nested(...)
-          every    option("--checkpoint-every")  -> "runtime.checkpoint.every"  checkpoints and recovery
+    GCNTrainConfig                          argparse: flag -> dest (the field's path)     --help group
+      hidden_dim  option(16, "--hidden")    --hidden HIDDEN       -> "hidden_dim"              options
+      halo        nested(HaloConfig, "halo exchange", follow={"seed": "seed"})
+        staleness option(0)                 --staleness STALENESS -> "halo.staleness"          halo exchange
+        seed      hidden(0)                 (none: follows --seed)
+      runtime     nested(RuntimeConfig, "running")
+        checkpoint  nested(CheckpointConfig, "checkpoints and recovery")
+          every   option(0, "--checkpoint-every")  --checkpoint-every N -> "runtime.checkpoint.every"
 
 A ``ConfigError`` carries the field it is about; the config that raised it is known while it is built, so the
 field's path gives its flag and the message becomes ``--hidden: hidden_dim must be >= 1, got 0``. A value of the
