@@ -54,6 +54,7 @@ __all__ = [
     "iter_token_blocks",
     "IntRows",
     "scan_int_rows",
+    "IntRowScan",
     "read_int_rows",
     "first_problem",
 ]
@@ -344,73 +345,119 @@ def scan_int_rows(
         InputFormatError: naming the file and 1-based line of the first malformed line; or a truncated or
             corrupt compressed file.
     """
-    max_fields = num_columns if max_fields is None else max_fields
-    leads = None if not comment else np.frombuffer(comment.encode(), dtype=np.uint8)
-    fields = num_columns if max_fields == num_columns and not header else None  # None: the first line decides
-    fields_line: int | None = None  # the line that fixed `fields`, when it was not fixed in advance
-    names: tuple[str, ...] | None = None
-    out: list[np.ndarray] = []
-    for tb in iter_token_blocks(path, block_bytes=block_bytes):
-        if tb.num_lines == 0:
-            continue
-        data = _data_lines(tb, leads)
-        if fields is None and data.any():
-            j = int(np.argmax(data))
-            fields_line = int(tb.line[tb.line_start[j]])
-            if header and _is_header(tb, j):
-                names = tuple(tb.token_text(i) for i in range(tb.line_start[j], tb.line_start[j] + tb.line_count[j]))
-                data[j] = False
-                if not num_columns <= len(names) <= max_fields:
-                    raise tb.error(fields_line, f"header {tb.line_text(fields_line)!r} names {len(names)} column"
-                                                f"{'s' if len(names) != 1 else ''}: "
-                                                f"expected {_field_range(num_columns, max_fields, columns)}")
-                fields = len(names)
-            else:
-                count = int(tb.line_count[j])
-                fields = count if num_columns <= count <= max_fields else num_columns
-        if fields is None:
-            continue  # only comments (or the header) so far
-        wrong = data & (tb.line_count != fields)
-        shape_problem = None
-        if wrong.any():
-            j = int(np.argmax(wrong))
-            lineno = int(tb.line[tb.line_start[j]])
-            shape_problem = (lineno, _shape_message(tb, j, lineno, fields, num_columns, max_fields, columns,
-                                                    names, fields_line))
-            data &= ~wrong
-        if fields == num_columns:
-            tokens = _tokens_of_lines(tb, data)
-        else:  # the leading num_columns tokens of each line; the rest (a weight, a time) are never parsed
-            tokens = (tb.line_start[data][:, None] + np.arange(num_columns)).ravel()
-        values, parse_problem = tb.parse_ints(tokens, what)
-        range_problem = None
-        if parse_problem is None and values.size and (
-            (upper is not None and int(values.max()) >= upper) or (lower > 0 and int(values.min()) < lower)
-        ):
-            bad = values < lower
-            if upper is not None:
-                bad |= values >= upper
-            i = int(tokens[np.argmax(bad)])
-            lineno = int(tb.line[i])
-            if upper is None:
-                expected = f"{what}s >= {lower}"
-            else:
-                expected = f"{what}s in [0, {upper})" if lower == 0 else f"{what}s in {lower}..{upper - 1}"
-            range_problem = (
-                lineno,
-                f"{what} {tb.token_text(i)} is out of range: expected {expected} (line {tb.line_text(lineno)!r})"
-                + (f"; {range_hint}" if range_hint else ""),
-            )
-        problem = first_problem(shape_problem, parse_problem, range_problem)
-        if problem is not None:
-            raise tb.error(*problem)
-        out.append(values.reshape(-1, num_columns))
+    scan = IntRowScan(path, num_columns, comment=comment, columns=columns, what=what, lower=lower, upper=upper,
+                      range_hint=range_hint, header=header, max_fields=max_fields, block_bytes=block_bytes)
+    out = list(scan)
     if not out:
         values = np.zeros((0, num_columns), dtype=np.int64)
     else:
         values = np.concatenate(out) if len(out) > 1 else out[0]
-    return IntRows(values, num_fields=fields or num_columns, header=names,
-                   header_line=fields_line if names is not None else None)
+    return scan.result(values)
+
+
+class IntRowScan:
+    """The rows of :func:`scan_int_rows`, one block of whole lines at a time: iterate it for int64
+    ``(r, num_columns)`` arrays in file order (the same checks and messages, raised at the block that holds the
+    first bad line). After the iteration, ``num_fields``, ``header`` and ``header_line`` say what was found.
+
+    This is how a file larger than memory is read: each block is handed on before the next is parsed.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        num_columns: int,
+        *,
+        comment: str | None = "#",
+        columns: str = "",
+        what: str = "id",
+        lower: int = 0,
+        upper: int | None = None,
+        range_hint: str = "",
+        header: bool = False,
+        max_fields: int | None = None,
+        block_bytes: int = BLOCK_BYTES,
+        progress: bool = True,
+    ):
+        self.path, self.num_columns, self.columns, self.what = path, num_columns, columns, what
+        self.lower, self.upper, self.range_hint, self.header_allowed = lower, upper, range_hint, header
+        self.max_fields = num_columns if max_fields is None else max_fields
+        self.leads = None if not comment else np.frombuffer(comment.encode(), dtype=np.uint8)
+        self.block_bytes, self.progress = block_bytes, progress
+        self.num_fields: int | None = None
+        self.header: tuple[str, ...] | None = None
+        self.header_line: int | None = None
+
+    def result(self, values: np.ndarray) -> IntRows:
+        """``values`` (the concatenated blocks) with what the scan found about the fields."""
+        return IntRows(values, num_fields=self.num_fields or self.num_columns, header=self.header,
+                       header_line=self.header_line if self.header is not None else None)
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        num_columns, max_fields, columns, what = self.num_columns, self.max_fields, self.columns, self.what
+        lower, upper, range_hint, leads = self.lower, self.upper, self.range_hint, self.leads
+        header = self.header_allowed
+        fields = num_columns if max_fields == num_columns and not header else None  # None: the first line decides
+        fields_line: int | None = None  # the line that fixed `fields`, when it was not fixed in advance
+        names: tuple[str, ...] | None = None
+        for tb in iter_token_blocks(self.path, block_bytes=self.block_bytes, progress=self.progress):
+            if tb.num_lines == 0:
+                continue
+            data = _data_lines(tb, leads)
+            if fields is None and data.any():
+                j = int(np.argmax(data))
+                fields_line = int(tb.line[tb.line_start[j]])
+                if header and _is_header(tb, j):
+                    first = int(tb.line_start[j])
+                    names = tuple(tb.token_text(i) for i in range(first, first + int(tb.line_count[j])))
+                    data[j] = False
+                    if not num_columns <= len(names) <= max_fields:
+                        raise tb.error(fields_line, f"header {tb.line_text(fields_line)!r} names {len(names)} column"
+                                                    f"{'s' if len(names) != 1 else ''}: "
+                                                    f"expected {_field_range(num_columns, max_fields, columns)}")
+                    fields = len(names)
+                else:
+                    count = int(tb.line_count[j])
+                    fields = count if num_columns <= count <= max_fields else num_columns
+            if fields is None:
+                continue  # only comments (or the header) so far
+            wrong = data & (tb.line_count != fields)
+            shape_problem = None
+            if wrong.any():
+                j = int(np.argmax(wrong))
+                lineno = int(tb.line[tb.line_start[j]])
+                shape_problem = (lineno, _shape_message(tb, j, lineno, fields, num_columns, max_fields, columns,
+                                                        names, fields_line))
+                data &= ~wrong
+            if fields == num_columns:
+                tokens = _tokens_of_lines(tb, data)
+            else:  # the leading num_columns tokens of each line; the rest (a weight, a time) are never parsed
+                tokens = (tb.line_start[data][:, None] + np.arange(num_columns)).ravel()
+            values, parse_problem = tb.parse_ints(tokens, what)
+            range_problem = None
+            if parse_problem is None and values.size and (
+                (upper is not None and int(values.max()) >= upper) or (lower > 0 and int(values.min()) < lower)
+            ):
+                bad = values < lower
+                if upper is not None:
+                    bad |= values >= upper
+                i = int(tokens[np.argmax(bad)])
+                lineno = int(tb.line[i])
+                if upper is None:
+                    expected = f"{what}s >= {lower}"
+                else:
+                    expected = f"{what}s in [0, {upper})" if lower == 0 else f"{what}s in {lower}..{upper - 1}"
+                range_problem = (
+                    lineno,
+                    f"{what} {tb.token_text(i)} is out of range: expected {expected} (line {tb.line_text(lineno)!r})"
+                    + (f"; {range_hint}" if range_hint else ""),
+                )
+            problem = first_problem(shape_problem, parse_problem, range_problem)
+            if problem is not None:
+                raise tb.error(*problem)
+            self.num_fields, self.header, self.header_line = fields, names, fields_line
+            yield values.reshape(-1, num_columns)
+        self.num_fields, self.header, self.header_line = fields, names, fields_line
 
 
 def read_int_rows(
