@@ -3,7 +3,8 @@
 Each subcommand lives in its own module here with a ``register(subparsers)`` function that adds its parser and
 sets ``func`` to a callable taking the parsed namespace. The CLI only parses arguments into config dataclasses
 and calls the Python API; a user's mistake (``HaloflowError``, a missing file) becomes one line on stderr and
-exit status 2, never a traceback.
+exit status 2, never a traceback. A reader that closes the pipe early (``| head -1``) ends the command quietly
+with status 141, as it ends ``yes`` or ``cat``.
 """
 
 from __future__ import annotations
@@ -47,6 +48,29 @@ def register_modules(subparsers, modules: list[str]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        status = _main(argv)
+        sys.stdout.flush()  # what a pipe's buffer still holds goes now, inside the try, not at the exit
+    except BrokenPipeError:
+        return _reader_gone()
+    return status
+
+
+def _reader_gone() -> int:
+    """Our stdout's reader left (``haloflow ... | head -1``): stop quietly with 141 = 128 + SIGPIPE, the status
+    the shell shows for ``yes | head -1``, whose ``yes`` dies of SIGPIPE without a word. Python ignores SIGPIPE
+    (so that sockets raise instead of killing it), hence the BrokenPipeError this turns back into that. stdout
+    now points at /dev/null, so that the interpreter's last flush at exit finds no broken pipe to complain of."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (AttributeError, OSError, ValueError):  # stdout is no file (a test's capture): no flush to fear
+        pass
+    return 128 + signal.SIGPIPE
+
+
+def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parser.parse_args(argv)
