@@ -16,6 +16,7 @@ __all__ = [
     "PlanError",
     "DistributedError",
     "CheckpointError",
+    "OutputError",
 ]
 
 
@@ -42,6 +43,17 @@ class ConfigError(HaloflowError, ValueError):
     def __init__(self, message: str, *, field: str | None = None):
         self.field = field
         super().__init__(message)
+
+
+class OutputError(HaloflowError, OSError):
+    """An output could not be written: its file system is full, or the path names something haloflow may not
+    replace. The message names the path; ``errno`` is the OS's (``ENOSPC``) where there is one."""
+
+    def __init__(self, path, message: str, *, errno: int | None = None):
+        self.path = str(path)
+        self.reason = message
+        super().__init__(f"cannot write {self.path}: {message}")
+        self.errno = errno
 
 
 class OutputExistsError(ConfigError, FileExistsError):

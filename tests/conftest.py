@@ -1,3 +1,7 @@
+import os
+import shutil
+import stat
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -40,3 +44,45 @@ def run_torchrun(script: Path | str, nproc: int, args: list[str] = (), timeout: 
     """
     return launch_torchrun(nproc, [script, *args], threads_per_rank=1, env={"PYTHONUNBUFFERED": "1", **(env or {})},
                            capture_output=True, text=True, timeout=timeout, cwd=REPO)
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path):
+    """A 1 MiB tmpfs at ``tmp_path / "full"``, unmounted after the test: a disk to fill. Skips where mounting is
+    not allowed (not root, or a container without CAP_SYS_ADMIN)."""
+    where = tmp_path / "full"
+    where.mkdir()
+    if shutil.which("mount") is None:
+        pytest.skip("no mount command here: cannot make a small tmpfs")
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(where)], capture_output=True,
+                          text=True)
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a 1 MiB tmpfs here (needs root and CAP_SYS_ADMIN): {proc.stderr.strip()}")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], capture_output=True)
+
+
+def fill_disk(where: Path, leave: int) -> None:
+    """Fill the file system of ``where`` with one file (``where / "filler"``) until ``leave`` bytes are free."""
+    free = shutil.disk_usage(where).free
+    with open(where / "filler", "wb") as f:
+        f.write(b"\0" * max(0, free - leave))
+
+
+@pytest.fixture
+def device_nodes(tmp_path):
+    """Our own copies of /dev/null and /dev/full (same device numbers) under ``tmp_path``, so that a test that
+    points an output at a device can never harm the machine's. Skips where device nodes cannot be made."""
+    nodes = {}
+    for name, minor in (("null", 3), ("full", 7)):
+        path = tmp_path / f"dev-{name}"
+        try:
+            os.mknod(path, stat.S_IFCHR | 0o666, os.makedev(1, minor))
+            with open(path, "wb"):
+                pass
+        except OSError as err:  # not root, or a file system mounted nodev
+            pytest.skip(f"cannot make a device node under {tmp_path}: {err}")
+        nodes[name] = path
+    return nodes

@@ -45,6 +45,7 @@ import torch.nn.functional as F
 from haloflow.data.graph import CSRGraph
 from haloflow.models import GCN, GCNConfig, KERNELS, LocalAggregator, gcn_loss
 from haloflow.models.spmm import DEFAULT_KERNEL
+from haloflow.utils.atomic import atomic_write_text
 from haloflow.utils.table import format_table
 
 log = logging.getLogger("benchmarks.gcn")
@@ -272,10 +273,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         target_ratio=0.5,
         perf_model=model,
     )
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(result, indent=2))
-    tmp.replace(args.out)
+    atomic_write_text(args.out, json.dumps(result, indent=2))
     log.info("wrote %s", args.out)
     return 0
 

@@ -76,6 +76,15 @@ def _array_shapes(num_rows: int, dim: int, optimizer: RowOptimizer) -> dict[str,
     return {k: ((num_rows, *s), v) for k, (s, v) in shapes.items()}
 
 
+def _is_table_folder(folder: Path) -> bool:
+    """A folder ``create`` wrote (its meta.json says ``haloflow-table``): what ``overwrite`` may replace."""
+    try:
+        meta = json.loads((folder / "meta.json").read_text())
+    except (OSError, UnicodeDecodeError, ValueError):
+        return False
+    return isinstance(meta, dict) and meta.get("format") == TABLE_FORMAT
+
+
 class BackingStore:
     """The home of every row. Build with ``in_memory``, ``create`` (a new memory-mapped folder) or ``open``.
 
@@ -129,12 +138,13 @@ class BackingStore:
 
         Raises:
             OutputExistsError: ``path`` exists and ``overwrite`` is False.
+            ConfigError: ``path`` is a folder, but not a table folder (never replaced).
         """
         path = Path(path)
         name = path.name if name is None else name
         _check_size(name, num_rows, dim, weight)
         shapes = _array_shapes(num_rows, dim, optimizer)
-        with atomic_directory(path, overwrite=overwrite) as tmp:
+        with atomic_directory(path, overwrite=overwrite, ours=_is_table_folder, what="table folder") as tmp:
             for k, (shape, init) in shapes.items():
                 with open(tmp / f"{k}.bin", "wb") as f:
                     for lo in range(0, num_rows, _BLOCK):

@@ -10,6 +10,7 @@ with status 141, as it ends ``yes`` or ``cat``.
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import logging
 import os
@@ -119,6 +120,13 @@ def _on_sigterm(signum, frame) -> None:
     os.kill(os.getpid(), signal.SIGTERM)
 
 
+def _user_error(prog: str, message: str) -> int:
+    if not os.environ.get(ERROR_DIR_ENV):  # under `--nproc`, the launcher prints the first rank's line once
+        print(f"{prog}: error: {message}", file=sys.stderr)
+    _tell_the_launcher("error", message)
+    return 2
+
+
 def run_command(prog: str, func: Callable[[argparse.Namespace], int | None], args: argparse.Namespace) -> int:
     """Call ``func(args)``; a user's mistake becomes ``prog: error: ...`` on stderr and exit status 2."""
     if os.environ.get(ERROR_DIR_ENV) and os.environ.get("RANK") is not None:
@@ -127,10 +135,11 @@ def run_command(prog: str, func: Callable[[argparse.Namespace], int | None], arg
     try:
         result = func(args)
     except _USER_ERRORS as err:
-        if not os.environ.get(ERROR_DIR_ENV):  # under `--nproc`, the launcher prints the first rank's line once
-            print(f"{prog}: error: {err}", file=sys.stderr)
-        _tell_the_launcher("error", str(err))
-        return 2
+        return _user_error(prog, str(err))
+    except OSError as err:  # a full disk that no writer named: still one line, not a traceback
+        if err.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        return _user_error(prog, f"cannot write {err.filename or 'an output'}: {os.strerror(err.errno).lower()}")
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130

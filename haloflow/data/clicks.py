@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from haloflow.data.criteo import KAGGLE_TABLE_SIZES
-from haloflow.data.criteo_loader import SPLITS, ClickParquetWriter
+from haloflow.data.criteo_loader import SPLITS, ClickParquetWriter, is_click_folder
 from haloflow.data.jagged import ClickBatch, JaggedBatch
 from haloflow.errors import ConfigError
 from haloflow.data.paths import check_output_parent
@@ -204,7 +204,7 @@ class ClickLogGenerator:
             raise ConfigError(f"rows must map splits {SPLITS} to counts >= 0, got {rows}")
         check_output_parent(out)
         multi = self.config.multi_hot != 1
-        with atomic_directory(out, overwrite=overwrite) as tmp:
+        with atomic_directory(out, overwrite=overwrite, ours=is_click_folder, what="click-log folder") as tmp:
             writer = ClickParquetWriter(tmp, table_sizes=self.sizes, num_dense=self.config.num_dense,
                                         row_group_size=row_group_size, multi_hot=multi)  # fmt: skip
             pos = 0

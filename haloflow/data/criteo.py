@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from haloflow.data.criteo_loader import SPLITS, ClickParquetWriter
+from haloflow.data.criteo_loader import SPLITS, ClickParquetWriter, is_click_folder
 from haloflow.data.criteo_text import (
     NUM_DENSE,
     NUM_FIELDS,
@@ -68,7 +68,7 @@ from haloflow.data.criteo_text import (
 )
 from haloflow.data.paths import check_output_parent
 from haloflow.errors import ConfigError, InputFormatError
-from haloflow.utils.atomic import atomic_directory, check_absent
+from haloflow.utils.atomic import atomic_directory, check_replaceable
 from haloflow.utils.progress import progress_bar
 from haloflow.utils.table import format_table
 
@@ -95,6 +95,7 @@ KAGGLE_TABLE_SIZES: tuple[int, ...] = (
     27, 14992, 5461306, 10, 5652, 2173, 4, 7046547, 18, 15, 286181, 105, 142572,
 )  # fmt: skip
 _DAY = re.compile(r"^day_(\d+)(\..*)?$")
+_WHAT = "click-log folder"  # what `--overwrite` may replace: a folder of ours (its metadata.json)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -365,7 +366,7 @@ class _Pass:
 def preprocess_criteo(config: CriteoPreprocessConfig) -> PreprocessSummary:
     """Turn raw Criteo files into ``config.out`` (see the module docstring); returns the summary."""
     t0 = time.perf_counter()
-    check_absent(config.out, config.overwrite)  # now, not after the first pass over the inputs
+    check_replaceable(config.out, config.overwrite, is_click_folder, _WHAT)  # now, not after the first pass
     inputs = config.ordered_inputs()
     formats = {p: sniff_format(p) for p in inputs}  # an empty or binary file fails here, before any pass
     for p, fmt in formats.items():
@@ -390,7 +391,7 @@ def preprocess_criteo(config: CriteoPreprocessConfig) -> PreprocessSummary:
             line_counts = [count_lines(p) - formats[p].header for p in inputs]
         train_end, test_end, total_lines = split_boundaries(layout, line_counts)
 
-        with atomic_directory(config.out, overwrite=config.overwrite) as tmp:
+        with atomic_directory(config.out, overwrite=config.overwrite, ours=is_click_folder, what=_WHAT) as tmp:
             writer = ClickParquetWriter(
                 tmp, table_sizes=table_sizes, num_dense=NUM_DENSE, row_group_size=config.row_group_size
             )

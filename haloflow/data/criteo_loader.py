@@ -48,6 +48,7 @@ __all__ = [
     "sparse_names",
     "ClickParquetWriter",
     "load_metadata",
+    "is_click_folder",
     "verify_file",
     "ClickLoaderConfig",
     "ClickLoader",
@@ -207,6 +208,16 @@ def _check_counts_fit(table_sizes: Sequence[int]) -> None:
         raise ConfigError(f"tables of {sum(table_sizes):,} rows in all need {format_bytes(need)} for their id counts, "
                           f"but this machine has {format_bytes(have)} free: expected smaller tables (a smaller scale, "
                           "or max_rows)")
+
+
+def is_click_folder(folder: Path) -> bool:
+    """Does ``folder`` hold our metadata.json (``"format": "haloflow-clicks"``)? What ``--overwrite`` of
+    ``haloflow preprocess`` may replace; any other folder is left alone."""
+    try:
+        meta = json.loads((Path(folder) / "metadata.json").read_text())
+    except (OSError, UnicodeDecodeError, ValueError):
+        return False
+    return isinstance(meta, dict) and meta.get("format") == FORMAT_NAME
 
 
 def load_metadata(folder: Path | str) -> dict:

@@ -17,7 +17,8 @@ and global row, so the next run re-cuts them for its own plan or partition.
 
 Writing (``Checkpointer.save``): rank 0 makes the temporary folder; every rank writes its files and their
 checksums; rank 0 writes the manifest, renames the folder into place, and keeps only the newest ``keep``. A
-crash at any point leaves the earlier checkpoints whole.
+crash at any point leaves the earlier checkpoints whole. A rank that cannot write (a full disk) stops every rank:
+after each step the ranks agree on whether one failed, and rank 0 removes the temporary folder.
 
 Reading (``Checkpointer.load``): the newest checkpoint of ``--resume DIR`` (or, after a restart, of the run's own
 ``--checkpoint-dir``); each file's size and CRC-32 are checked before ``torch.load(weights_only=True)`` reads it
@@ -45,8 +46,8 @@ from typing import TypeVar
 import torch
 import torch.distributed as dist
 
-from haloflow.errors import CheckpointError, ConfigError, DistributedError, HaloflowError
-from haloflow.utils.atomic import atomic_write_text
+from haloflow.errors import CheckpointError, ConfigError, DistributedError, HaloflowError, OutputError
+from haloflow.utils.atomic import atomic_write_text, reporting_full_disk
 from haloflow.utils.checksum import crc32_file
 from haloflow.utils.config_flags import option
 
@@ -292,16 +293,50 @@ class Checkpointer:
 
     def save(self, done: int, state: dict, pieces: Sequence[Piece] = ()) -> Path:
         """Write checkpoint ``done`` (a collective: every rank calls it). ``state`` is the same on every rank and
-        rank 0 writes it; ``pieces`` are this rank's own rows. Returns the checkpoint folder."""
+        rank 0 writes it; ``pieces`` are this rank's own rows. Returns the checkpoint folder.
+
+        A rank that cannot write (a full disk: ``OutputError``) raises its error, and every other rank learns of
+        it at the next step of the save and raises too, so the run stops with one line and no temporary folder,
+        instead of training on without the checkpoint it was asked for."""
         lay, root = self.layout, self.config.dir
         final = root / f"step-{done:08d}"
         tmp = root / f".step-{done:08d}.tmp"
+        try:
+            self._save_stages(done, state, pieces, tmp, final)
+        except (KeyboardInterrupt, SystemExit):  # Ctrl-C, torchrun's SIGTERM: no half-written folder stays
+            if lay.is_main:
+                shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return final
+
+    def _save_stages(self, done: int, state: dict, pieces: Sequence[Piece], tmp: Path, final: Path) -> None:
+        lay, root = self.layout, self.config.dir
+        failed = None
         if lay.is_main:
-            root.mkdir(parents=True, exist_ok=True)
-            for stale in root.glob(".step-*.tmp"):
-                shutil.rmtree(stale, ignore_errors=True)
-            tmp.mkdir()
-        self._barrier(f"checkpoint {done}: making its folder")
+            try:
+                with reporting_full_disk(tmp, root):
+                    root.mkdir(parents=True, exist_ok=True)
+                    for stale in root.glob(".step-*.tmp"):
+                        shutil.rmtree(stale, ignore_errors=True)
+                    tmp.mkdir()
+            except Exception as err:
+                failed = _naming(err, final)
+        self._agree(failed, tmp, f"checkpoint {done}: making its folder")
+        try:
+            self._write_files(tmp, state, pieces)
+        except Exception as err:
+            failed = _naming(err, final)
+        self._agree(failed, tmp, f"checkpoint {done}: writing its files")
+        if lay.is_main:
+            try:
+                self._publish(tmp, final, done)
+            except Exception as err:
+                failed = _naming(err, final)
+        self._agree(failed, tmp, f"checkpoint {done}: renaming it into place")
+
+    def _write_files(self, tmp: Path, state: dict, pieces: Sequence[Piece]) -> None:
+        """This rank's files in ``tmp``, and ``files-rank<r>.json`` listing them and the pieces they hold."""
+        lay = self.layout
         files, index = {}, []
         if lay.is_main:
             files["state.pt"] = _save(tmp / "state.pt", state)
@@ -321,25 +356,52 @@ class Checkpointer:
                                   "cols": None if arr.dim() == 1 else [int(p.cols[0]), int(p.cols[1])]})
             files[name] = _save(tmp / name, blob)
         atomic_write_text(tmp / f"files-rank{lay.rank}.json", json.dumps({"files": files, "pieces": index}))
-        self._barrier(f"checkpoint {done}: writing its files")
+
+    def _publish(self, tmp: Path, final: Path, done: int) -> None:
+        """Rank 0, once every rank's files are in ``tmp``: the manifest, the rename, and the pruning to ``keep``."""
+        lay, root = self.layout, self.config.dir
+        all_files, all_pieces = {}, []
+        for r in range(lay.world_size):
+            part = tmp / f"files-rank{r}.json"
+            got = json.loads(part.read_text())
+            all_files.update(got["files"])
+            all_pieces += got["pieces"]
+            part.unlink()
+        manifest = {"format": FORMAT, "kind": self.kind, "step": done, "world_size": lay.world_size,
+                    "identity": self.identity, "files": all_files, "pieces": all_pieces}
+        atomic_write_text(tmp / "manifest.json", json.dumps(manifest, indent=1))
+        if final.exists():  # the same step saved again (a resumed run passing it): the new one wins
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+        ours = sorted(p for p in root.iterdir() if _STEP_DIR.match(p.name) and (p / "manifest.json").is_file())
+        for old in ours[:-self.config.keep]:  # only checkpoints: a folder of another name or without a manifest stays
+            shutil.rmtree(old, ignore_errors=True)
+
+    def _agree(self, error: Exception | None, tmp: Path, what: str) -> None:
+        """Where every rank learns whether any rank failed (a barrier that carries one number: the lowest failed
+        rank). On a failure rank 0 removes ``tmp`` (every rank is done writing there), the failed ranks raise
+        their own error and the others a ``DistributedError`` naming the first failed rank."""
+        lay = self.layout
+        first = lay.rank if error is not None else lay.world_size
+        if lay.group is not None:
+            device = lay.device if lay.backend == "nccl" else torch.device("cpu")
+            flag = torch.tensor([first], dtype=torch.int64, device=device)
+            try:
+                dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=lay.group)
+            except RuntimeError as err:
+                from haloflow.engine.comm import peer_note
+
+                raise DistributedError(f"rank {lay.rank}: {what} failed - {peer_note()} "
+                                       f"({str(err).splitlines()[0][:300]})") from err
+            first = int(flag.item())  # waits for the reduction
+        if first == lay.world_size:
+            return
         if lay.is_main:
-            all_files, all_pieces = {}, []
-            for r in range(lay.world_size):
-                part = tmp / f"files-rank{r}.json"
-                got = json.loads(part.read_text())
-                all_files.update(got["files"])
-                all_pieces += got["pieces"]
-                part.unlink()
-            manifest = {"format": FORMAT, "kind": self.kind, "step": done, "world_size": lay.world_size,
-                        "identity": self.identity, "files": all_files, "pieces": all_pieces}
-            atomic_write_text(tmp / "manifest.json", json.dumps(manifest, indent=1))
-            if final.exists():  # the same step saved again (a resumed run passing it): the new one wins
-                shutil.rmtree(final)
-            os.replace(tmp, final)
-            for old in sorted(p for p in root.iterdir() if _STEP_DIR.match(p.name))[:-self.config.keep]:
-                shutil.rmtree(old, ignore_errors=True)
-        self._barrier(f"checkpoint {done}: renaming it into place")
-        return final
+            shutil.rmtree(tmp, ignore_errors=True)
+        if error is not None:
+            raise error
+        raise DistributedError(f"rank {lay.rank}: {what} failed on rank {first} (its error says why); this "
+                               "checkpoint is not written")
 
     def maybe_fail(self, step: int) -> None:
         """The testing aid: die here, as ``kill -9`` would, if this is the rank and the step (counted from 1)."""
@@ -349,17 +411,6 @@ class Checkpointer:
             print(f"rank {self.layout.rank}: --fail-at {step}: killing this rank (a testing aid)", file=sys.stderr,
                   flush=True)
             os.kill(os.getpid(), signal.SIGKILL)
-
-    def _barrier(self, what: str) -> None:
-        if self.layout.group is None:
-            return
-        try:
-            dist.barrier(group=self.layout.group)
-        except RuntimeError as err:
-            from haloflow.engine.comm import peer_note
-
-            raise DistributedError(f"rank {self.layout.rank}: {what} failed - {peer_note()} "
-                                   f"({str(err).splitlines()[0][:300]})") from err
 
 
 def open_checkpoint(path: str | os.PathLike) -> LoadedCheckpoint:
@@ -394,8 +445,16 @@ def newest(root: Path) -> Path | None:
     return steps[-1] if steps else None
 
 
+def _naming(err: Exception, final: Path) -> Exception:
+    """A full disk's ``OutputError`` names the checkpoint (not the temporary file that is about to go)."""
+    if isinstance(err, OutputError):
+        return OutputError(final, f"{err.reason}; this checkpoint is not written", errno=err.errno)
+    return err
+
+
 def _save(path: Path, payload: dict) -> dict:
-    torch.save(payload, path)
+    with reporting_full_disk(path), open(path, "wb") as f:  # a Python file: a full disk raises its ENOSPC
+        torch.save(payload, f)
     return {"bytes": path.stat().st_size, "crc32": crc32_file(path)}
 
 

@@ -34,6 +34,7 @@ import torch.distributed as dist
 from haloflow.engine.checkpoint import CheckpointConfig, Checkpointer
 from haloflow.engine.comm import register_peers
 from haloflow.errors import ConfigError
+from haloflow.utils.atomic import atomic_output, open_stream, reporting_full_disk
 from haloflow.utils.config_flags import nested, option
 from haloflow.utils.progress import progress_bar
 from haloflow.utils.threads import follow_torch_threads
@@ -215,8 +216,9 @@ class RuntimeConfig:
     Args:
         device: "auto" (CUDA when present, else CPU), "cpu" or "cuda"; rank r uses CUDA device LOCAL_RANK.
         timeout_s: how long a collective waits for a peer before raising (a dead rank is an error, not a hang).
-        log_jsonl: rank 0 writes one JSON object per epoch or logging step here (``--log-jsonl``); written to a
-            temporary name and renamed when the run ends, so a failed run leaves no half-written file.
+        log_jsonl: rank 0 writes one JSON object per epoch or logging step here (``--log-jsonl``), each line
+            flushed as it comes (``tail -f`` follows it; a failed run keeps the lines so far). An existing file
+            is truncated; a FIFO or a device is written through.
         progress: draw a progress bar (only when stderr is a terminal).
         log_every: when no bar shows, print a line every this many epochs or steps (0: about ten lines a run).
         checkpoint: where and how often to save, and where to resume from (``engine/checkpoint.py``).
@@ -309,7 +311,7 @@ class Runtime:
                         enabled=self.layout.is_main, progress=self.config.progress)
 
     def close(self, ok: bool = True) -> None:
-        self.metrics.close(keep=ok)
+        self.metrics.close()
         if self.owns_group:
             shutdown(barrier=ok)
             self.owns_group = False
@@ -361,12 +363,10 @@ class TrainResult:
 
 
 def save_atomic(path: str | Path, payload: dict) -> None:
-    """``torch.save`` to a temporary name beside ``path``, then rename: never a half-written file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    torch.save(payload, tmp)
-    os.replace(tmp, path)
+    """``torch.save`` to a temporary name beside ``path``, then rename: never a half-written file. A FIFO or a
+    device (``/dev/null``) is written through; a full disk is one ``OutputError`` naming ``path``."""
+    with atomic_output(path, "wb") as f:
+        torch.save(payload, f)
 
 
 def to_device(x: torch.Tensor, device: torch.device) -> torch.Tensor:
@@ -399,35 +399,32 @@ def _json_safe(value):
 class MetricsLog:
     """JSON lines for programs: one object per call to ``write``, on rank 0 only (``path=None``: nothing).
 
-    Lines go to ``.NAME.tmp-PID`` beside the target and are renamed into place by ``close(keep=True)``.
+    A stream from the first record: each line is written to ``path`` and flushed at once, so ``tail -f`` follows
+    a run and a crash or Ctrl-C keeps the lines written so far. An existing regular file is truncated (as
+    ``--save`` replaces its file); a FIFO, a character device or ``/proc/self/fd/1`` is written through.
     """
 
     def __init__(self, path: Path | None):
         self.path = path
         self.records: list[dict] = []
-        self._tmp = None
-        self._file = None
-        if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self._tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-            self._file = open(self._tmp, "w")
+        self._file = open_stream(path) if path is not None else None
 
     def write(self, record: dict) -> None:
         record = _json_safe(record)
         self.records.append(record)
         if self._file is not None:
-            self._file.write(json.dumps(record, allow_nan=False) + "\n")
-            self._file.flush()
+            with reporting_full_disk(self.path):
+                self._file.write(json.dumps(record, allow_nan=False) + "\n")
+                self._file.flush()
 
-    def close(self, keep: bool = True) -> None:
+    def close(self) -> None:
         if self._file is None:
             return
-        self._file.close()
-        self._file = None
-        if keep:
-            os.replace(self._tmp, self.path)
-        else:
-            self._tmp.unlink(missing_ok=True)
+        file, self._file = self._file, None
+        try:
+            file.close()
+        except OSError:  # a reader of a FIFO gone away, or a full disk the last write already reported
+            pass
 
 
 class Reporter:

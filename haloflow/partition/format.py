@@ -43,7 +43,7 @@ from haloflow.errors import ConfigError, PartitionFormatError
 from haloflow.partition.format_check import check_file_dtype, check_id_map, check_meta_meaning, check_part_arrays
 from haloflow.partition.stats import PartitionStats
 from haloflow.partition.types import GraphPart, PartitionBook
-from haloflow.utils.atomic import atomic_directory
+from haloflow.utils.atomic import atomic_directory, check_replaceable
 from haloflow.utils.checksum import crc32_file
 
 __all__ = [
@@ -60,6 +60,7 @@ __all__ = [
     "reset_part_loads",
     "verify_partition",
     "check_output_dir",
+    "is_partition_folder",
 ]
 
 FORMAT_VERSION = 1
@@ -197,17 +198,20 @@ def _check_part(part: GraphPart, k: int, meta: PartitionMeta) -> None:
         raise ConfigError(f"part {k} holds node data {list(have)} but meta.node_data is {list(meta.node_data)}")
 
 
+def is_partition_folder(folder: Path) -> bool:
+    """Does ``folder`` hold a partition's meta.json (a JSON object with our ``format_version``)? What
+    ``--overwrite`` may replace; a meta.json of another program's is not one."""
+    try:
+        d = json.loads((folder / META_FILE).read_text())
+    except (OSError, UnicodeDecodeError, ValueError):
+        return False
+    return isinstance(d, dict) and "format_version" in d and "num_parts" in d
+
+
 def check_output_dir(out_dir: str | os.PathLike, overwrite: bool) -> None:
-    """Fail early, before any work, when ``out_dir`` exists and may not (or must not) be replaced."""
-    out_dir = Path(out_dir)
-    if not out_dir.exists():
-        return
-    if not overwrite:
-        raise ConfigError(f"output folder {out_dir} already exists; pass overwrite=True (--overwrite) to replace it")
-    if not out_dir.is_dir() or (any(out_dir.iterdir()) and not (out_dir / META_FILE).is_file()):
-        raise ConfigError(
-            f"refusing to replace {out_dir}: it is not a partition folder (no {META_FILE}); choose another --out"
-        )
+    """Fail early, before any work, when ``out_dir`` exists and may not (or must not) be replaced: only an empty
+    folder or a partition folder is replaced, and only with ``overwrite``."""
+    check_replaceable(out_dir, overwrite, is_partition_folder, "partition folder")
 
 
 def save_partitioned(
@@ -235,7 +239,7 @@ def save_partitioned(
     if new_to_orig.shape != (meta.num_nodes,):
         raise ConfigError(f"new_to_orig must have shape ({meta.num_nodes},), got {new_to_orig.shape}")
     files: dict[str, FileInfo] = {}
-    with atomic_directory(out_dir, overwrite=overwrite) as tmp:
+    with atomic_directory(out_dir, overwrite=overwrite, ours=is_partition_folder, what="partition folder") as tmp:
         files[NEW_TO_ORIG_FILE] = _write_array(tmp, NEW_TO_ORIG_FILE, new_to_orig.astype(np.int64, copy=False))
         count = 0
         for k, part in enumerate(parts):

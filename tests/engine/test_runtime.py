@@ -1,7 +1,10 @@
 """Process-group setup and failure handling: a dead or silent rank is an error on the others, not a hang."""
 
 import json
+import os
 import re
+import stat
+import threading
 from pathlib import Path
 
 import pytest
@@ -66,17 +69,39 @@ def test_cuda_without_a_gpu_is_a_clear_error():
     assert resolve_device("auto") == torch.device("cpu")
 
 
-def test_metrics_are_json_lines_renamed_into_place_and_nan_is_null(tmp_path):
+def test_metrics_are_json_lines_streamed_from_the_first_record_and_nan_is_null(tmp_path):
     path = tmp_path / "sub" / "m.jsonl"
     log = MetricsLog(path)
     log.write({"loss": 0.5, "auc": math.nan, "xs": (1, math.inf)})
-    assert not path.exists() and len(list(path.parent.iterdir())) == 1  # a temporary name until the end
-    log.close()
+    # there at once (tail -f follows it), under its own name: no temporary beside it
     assert [json.loads(x) for x in path.read_text().splitlines()] == [{"loss": 0.5, "auc": None, "xs": [1, None]}]
-    failed = MetricsLog(tmp_path / "f.jsonl")
-    failed.write({"a": 1})
-    failed.close(keep=False)  # a run that raised leaves nothing
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["sub"]
+    assert sorted(p.name for p in path.parent.iterdir()) == ["m.jsonl"]
+    log.write({"loss": 0.25})
+    log.close()
+    assert len(path.read_text().splitlines()) == 2
+
+
+def test_a_new_run_truncates_an_old_log_and_a_failed_run_keeps_its_lines(tmp_path):
+    path = tmp_path / "m.jsonl"
+    path.write_text('{"an": "old run"}\n' * 3)
+    with pytest.raises(RuntimeError, match="boom"):
+        with Runtime.start(RuntimeConfig(device="cpu", progress=False, log_jsonl=path), join=False) as rt:
+            rt.metrics.write({"epoch": 0})
+            raise RuntimeError("boom")
+    assert [json.loads(x) for x in path.read_text().splitlines()] == [{"epoch": 0}]
+
+
+def test_a_fifo_log_is_written_through(tmp_path):
+    fifo = tmp_path / "m.fifo"
+    os.mkfifo(fifo)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_text()))
+    reader.start()
+    log = MetricsLog(fifo)
+    log.write({"epoch": 0})
+    log.close()
+    reader.join(timeout=30)
+    assert got == ['{"epoch": 0}\n'] and stat.S_ISFIFO(os.lstat(fifo).st_mode)
 
 
 def test_reporter_prints_a_line_every_n_steps_without_a_terminal(capsys):
