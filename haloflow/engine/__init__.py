@@ -30,8 +30,9 @@ _LAZY = {
     "EmbeddingLayout": "haloflow.engine.dlrm.embedding_layout",
     "predict_step_bytes": "haloflow.engine.dlrm.embedding_layout",
     "ShardedEmbeddingCollection": "haloflow.engine.dlrm.sharded_embedding",
-    "DistributedDLRM": "haloflow.engine.dlrm.sharding",
-    "shard_dlrm": "haloflow.engine.dlrm.sharding",
+    "DistributedDLRM": "haloflow.engine.dlrm.parallelize",
+    "parallelize_dlrm": "haloflow.engine.dlrm.parallelize",
+    "shard_dlrm": "haloflow.engine.dlrm.parallelize",
     # every family's train_<name>, config and result, from the one registry
     **lazy_names(),
     "FAMILIES": "haloflow.engine.families",
