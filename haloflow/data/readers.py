@@ -40,8 +40,11 @@ __all__ = ["read_snap", "read_pace", "PaceHeader", "read_dataset", "detect_forma
 
 log = logging.getLogger(__name__)
 
-FORMATS = ("auto", "snap", "pace", "ogb", "planetoid")
-_OPTIONS = {"snap": ("num_nodes", "one_based"), "pace": (), "ogb": ("split", "symmetrize"), "planetoid": ("name",)}
+FORMATS = ("auto", "snap", "pace", "ogb", "planetoid", "npy", "parquet", "metis", "arrays")
+_OPTIONS = {"snap": ("num_nodes", "one_based"), "pace": (), "ogb": ("split", "symmetrize"), "planetoid": ("name",),
+            "npy": ("num_nodes",), "parquet": ("num_nodes",), "metis": (), "arrays": ("num_nodes",)}
+# Formats for graphs larger than memory (binary_edges.py, metis_graph.py, graph_folder.py): suffix -> format.
+_BIG_SUFFIXES = {".npy": "npy", ".parquet": "parquet", ".graph": "metis", ".metis": "metis"}
 _MAX_FIELDS = 4  # src dst [weight] [time], as SNAP's and KONECT's edge lists have them
 
 
@@ -236,6 +239,12 @@ def detect_format(path: str | os.PathLike) -> str:
     if path.is_dir():
         if (path / "raw").is_dir():
             return "ogb"
+        from haloflow.data.graph_folder import is_graph_folder
+
+        if is_graph_folder(path):
+            return "arrays"
+        if any(path.glob("*.parquet")):
+            return "parquet"
         if any(path.glob("ind.*.x")):
             return "planetoid"
         raise ConfigError(
@@ -246,6 +255,8 @@ def detect_format(path: str | os.PathLike) -> str:
     name = path.name.lower()
     if name.endswith((".gr", ".gr.xz", ".gr.gz", ".gr.bz2")):
         return "pace"
+    if Path(name).suffix in _BIG_SUFFIXES:
+        return _BIG_SUFFIXES[Path(name).suffix]
     head = read_head(path, 4096)
     for line in head.splitlines():
         token = line.strip()[:2]
@@ -271,6 +282,22 @@ def _planetoid_name(folder: Path, name: str | None) -> str:
     if name not in names:
         raise ConfigError(f"{folder} holds no Planetoid set {name!r} (no ind.{name}.x): expected one of {names}")
     return name
+
+
+def _read_big_format(path: Path, format: str, stem: str, kw: dict) -> GraphDataset:
+    """The formats made for graphs larger than memory, read whole (their modules stream them too)."""
+    if format == "arrays":
+        from haloflow.data.graph_folder import read_graph_folder
+
+        return read_graph_folder(path, **kw)
+    if format == "metis":
+        from haloflow.data.metis_graph import read_metis
+
+        return GraphDataset(read_metis(path), name=stem)
+    from haloflow.data.binary_edges import read_npy_edges, read_parquet_edges
+
+    reader = read_npy_edges if format == "npy" else read_parquet_edges
+    return GraphDataset(reader(path, **kw), name=stem)
 
 
 def read_dataset(path: str | os.PathLike, format: str = "auto", **kw) -> GraphDataset:
@@ -303,6 +330,8 @@ def read_dataset(path: str | os.PathLike, format: str = "auto", **kw) -> GraphDa
         return GraphDataset(read_snap(path, **kw), name=stem)
     if format == "pace":
         return GraphDataset(read_pace(path, **kw), name=stem)
+    if format in ("npy", "parquet", "metis", "arrays"):
+        return _read_big_format(path, format, stem, kw)
     if format == "ogb":
         from haloflow.data.ogb import read_ogb
 

@@ -263,7 +263,7 @@ def test_read_dataset_dispatches_by_format(tmp_path):
     valid = "auto, snap, pace, ogb, planetoid"
     with pytest.raises(ConfigError, match=f"unknown graph format 'csv': expected one of {valid}"):
         read_dataset(snap, format="csv")
-    assert set(FORMATS) == {"auto", "snap", "pace", "ogb", "planetoid"}
+    assert set(FORMATS) == {"auto", "snap", "pace", "ogb", "planetoid", "npy", "parquet", "metis", "arrays"}
     with pytest.raises(ConfigError, match="format 'pace' takes no option 'num_nodes': expected none"):
         read_dataset(pace, num_nodes=3)
     with pytest.raises(ConfigError, match="format 'snap' takes no option 'split': expected num_nodes or one_based"):

@@ -1,0 +1,157 @@
+"""A ``.npy`` file memory-mapped read-only and read in slices, its pages handed back to the OS behind the reader.
+
+::
+
+    file     | header | row 0 | row 1 | ... | row R-1 |          (C order; a Fortran-order (E, 2) array is
+                       '---- mapped, never read whole ----'        two columns one after the other)
+    rows(lo, hi)  ->  a copy of array[lo:hi]  (touches only those pages)
+                  ->  madvise(MADV_DONTNEED) on the mapping (the pages leave this process's RSS; the page cache
+                      keeps them, so reading them again costs no disk read while memory lasts)
+
+``np.load(mmap_mode="r")`` maps the file too, but every page read stays in the process's resident set until the
+map is closed, so a pass over a 4 GB edge file shows a 4 GB peak RSS although the kernel could drop those pages
+at any time. Releasing them behind the reader keeps the measured peak at what the pass really holds.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+from pathlib import Path
+
+import numpy as np
+
+from haloflow.errors import InputFormatError
+
+__all__ = ["MappedNpy", "NpyWriter", "npy_header"]
+
+
+def npy_header(path: str | os.PathLike) -> tuple[tuple[int, ...], bool, np.dtype, int]:
+    """``(shape, fortran_order, dtype, data_offset)`` of a ``.npy`` file, read from its header alone.
+
+    Raises:
+        InputFormatError: not a ``.npy`` file, an object dtype, or a file shorter than its header says.
+    """
+    path = Path(path)
+    with open(path, "rb") as f:
+        try:
+            version = np.lib.format.read_magic(f)
+            read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+            shape, fortran, dtype = read(f)
+        except (ValueError, SyntaxError, OSError) as err:
+            raise InputFormatError(path, f"not a readable .npy file ({err}): expected an array saved by numpy.save")
+        offset = f.tell()
+    if dtype.hasobject:
+        raise InputFormatError(path, f"holds Python objects (dtype {dtype}): expected a numeric array")
+    need = offset + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    size = path.stat().st_size
+    if size < need:
+        raise InputFormatError(path, f"is truncated: {size:,} bytes, but its header {shape} {dtype} needs {need:,}")
+    return tuple(int(s) for s in shape), bool(fortran), dtype, offset
+
+
+class MappedNpy:
+    """A read-only map of one ``.npy`` file (layout in the module docstring).
+
+    Attributes:
+        array: the whole array as a view of the map (indexing it reads pages; call `release` after a pass).
+        shape, dtype: from the header.
+    """
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        self.shape, fortran, self.dtype, offset = npy_header(self.path)
+        self._file = open(self.path, "rb")
+        nbytes = int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+        if nbytes == 0:
+            self._map = None
+            self.array = np.zeros(self.shape, dtype=self.dtype, order="F" if fortran else "C")
+        else:
+            self._map = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ)
+            self.array = np.ndarray(self.shape, dtype=self.dtype, buffer=self._map, offset=offset,
+                                    order="F" if fortran else "C")
+
+    def __len__(self) -> int:
+        return self.shape[0] if self.shape else 0
+
+    def rows(self, lo: int, hi: int) -> np.ndarray:
+        """A copy of ``array[lo:hi]`` (along the first axis); the pages it read are released."""
+        out = np.array(self.array[lo:hi])
+        self.release()
+        return out
+
+    def columns(self, lo: int, hi: int) -> np.ndarray:
+        """A copy of ``array[:, lo:hi]`` (a (2, E) edge array read in column ranges); pages released."""
+        out = np.array(self.array[:, lo:hi])
+        self.release()
+        return out
+
+    def release(self) -> None:
+        """Hand the pages read so far back to the OS (they leave the resident set; the file is not changed)."""
+        if self._map is not None and hasattr(self._map, "madvise"):
+            self._map.madvise(mmap.MADV_DONTNEED)
+
+    def close(self) -> None:
+        self.array = None
+        if self._map is not None:
+            try:
+                self._map.close()
+            except BufferError:  # a view handed out still points into the map: it closes when that view goes
+                pass
+        self._file.close()
+
+    def __enter__(self) -> "MappedNpy":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class NpyWriter:
+    """Write a ``.npy`` file of a known shape piece by piece along its first axis (header first, then the rows as
+    they come), so an array larger than memory never exists whole. `close` checks that every row came.
+
+    Example::
+
+        with NpyWriter(path, np.int64, (num_edges, 2)) as w:
+            for chunk in chunks:        # (e, 2) each
+                w.write(chunk)
+    """
+
+    def __init__(self, path: str | os.PathLike, dtype, shape: tuple[int, ...]):
+        self.path = Path(path)
+        self.dtype = np.dtype(dtype)
+        self.shape = tuple(int(s) for s in shape)
+        self._file = open(self.path, "wb")
+        header = {"descr": np.lib.format.dtype_to_descr(self.dtype), "fortran_order": False, "shape": self.shape}
+        np.lib.format.write_array_header_1_0(self._file, header)
+        self.rows_written = 0
+
+    def write(self, rows: np.ndarray) -> None:
+        rows = np.ascontiguousarray(rows, dtype=self.dtype)
+        if rows.ndim == 0 or rows.shape[1:] != self.shape[1:]:
+            raise ValueError(f"{self.path}: rows of shape {rows.shape[1:]} for an array of shape {self.shape}")
+        n = rows.shape[0]
+        if self.rows_written + n > self.shape[0]:
+            raise ValueError(f"{self.path}: {self.rows_written + n:,} rows written, the array has {self.shape[0]:,}")
+        rows.tofile(self._file)
+        self.rows_written += n
+
+    def close(self) -> Path:
+        self._file.close()
+        if self.rows_written != self.shape[0]:
+            raise ValueError(f"{self.path}: {self.rows_written:,} of {self.shape[0]:,} rows written")
+        return self.path
+
+    def abort(self) -> None:
+        self._file.close()
+        self.path.unlink(missing_ok=True)
+
+    def __enter__(self) -> "NpyWriter":
+        return self
+
+    def __exit__(self, exc_type, *exc) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
