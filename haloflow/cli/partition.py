@@ -14,8 +14,8 @@ from haloflow.cli import name_flags
 from haloflow.data.paths import check_output_parent
 from haloflow.data.readers import FORMATS
 from haloflow.errors import ConfigError
-from haloflow.partition.api import METHODS, PartitionConfig
-from haloflow.partition.fennel import FENNEL_STARTS
+from haloflow.partition.api import FENNEL_ORDER_CHOICES, METHODS, PartitionConfig
+from haloflow.partition.fennel import FENNEL_PASSES, FENNEL_STARTS
 from haloflow.partition.format import check_output_dir
 from haloflow.cli.reader_args import READER_FLAGS, add_reader_arguments, reader_options
 from haloflow.partition.pipeline import partition_dataset, read_input
@@ -25,7 +25,7 @@ __all__ = ["register", "run"]
 # PartitionConfig field -> the flag a CLI user typed, so that error messages name the flag.
 _FLAGS = {f"PartitionConfig.{field}": flag for field, flag in {
     "num_parts": "--parts", "method": "--method", "balance": "--balance", "imbalance": "--imbalance",
-    "seed": "--seed", "fennel_start": "--fennel-start"}.items()}
+    "seed": "--seed", "fennel_start": "--fennel-start", "fennel_order": "--fennel-order", "passes": "--passes"}.items()}
 _FLAGS.update(READER_FLAGS)
 
 
@@ -50,6 +50,16 @@ def register(subparsers) -> None:
         help="fennel only: auto (default) runs the streaming start and a recursive BFS bisection and keeps the "
         "smaller cut; stream is plain Fennel (half the time); bisect suits road networks and meshes",
     )
+    p.add_argument(
+        "--fennel-order", choices=FENNEL_ORDER_CHOICES, default="auto",
+        help="fennel only: the order vertices are streamed in; auto (default) is BFS in memory and id order with "
+        "--memory-budget (which reads the on-disk CSR sequentially)",
+    )
+    p.add_argument(
+        "--passes", type=int, default=FENNEL_PASSES, metavar="N",
+        help=f"fennel only: streaming passes, the later ones re-placing each vertex knowing the previous pass's parts "
+        f"(default {FENNEL_PASSES}; 1 = plain Fennel)",
+    )
     p.add_argument("--imbalance", type=float, default=1.05, help="largest part / mean part, per weight (default 1.05)")
     p.add_argument("--seed", type=int, default=0, help="random seed; the same seed gives the same partition")
     p.add_argument(
@@ -66,7 +76,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         config = PartitionConfig(
             num_parts=args.parts, method=args.method, balance=tuple(w.strip() for w in args.balance.split(",")),
-            imbalance=args.imbalance, seed=args.seed, fennel_start=args.fennel_start,
+            imbalance=args.imbalance, seed=args.seed, fennel_start=args.fennel_start, fennel_order=args.fennel_order,
+            passes=args.passes,
         )
         check_output_parent(args.out)  # fail before reading a large input
         check_output_dir(args.out, args.overwrite)

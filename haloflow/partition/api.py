@@ -24,16 +24,17 @@ from haloflow.data.graph import CSRGraph
 from haloflow.errors import ConfigError
 from haloflow.partition.balance import (BALANCE_WEIGHTS, balance_caps, balance_goals, balance_weights, part_loads,
                                          rebalance)
-from haloflow.partition.fennel import FENNEL_STARTS, fennel_partition
+from haloflow.partition.fennel import FENNEL_PASSES, FENNEL_STARTS, fennel_partition
 from haloflow.partition.metis import metis_partition, symmetric_adjacency
 from haloflow.partition.random import random_partition
 from haloflow.partition.types import Assignment
 
-__all__ = ["METHODS", "PartitionConfig", "partition_graph"]
+__all__ = ["METHODS", "FENNEL_ORDER_CHOICES", "PartitionConfig", "partition_graph"]
 
 log = logging.getLogger(__name__)
 
 METHODS = ("metis", "fennel", "random")
+FENNEL_ORDER_CHOICES = ("auto", "bfs", "natural")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -48,9 +49,13 @@ class PartitionConfig:
             floor used when rounding or one heavy node makes that impossible).
         seed: makes every method deterministic (the same seed gives the same parts); 0 is METIS's own default.
         chunk_size: fennel only, vertices per streamed chunk (bounds the rows read at once).
-        fennel_start: fennel only, ``"auto"`` (default: both starts, the smaller cut wins), ``"stream"`` (plain
-            Fennel, half the time) or ``"bisect"`` (recursive BFS bisection, for meshes and road networks); see
-            ``haloflow.partition.fennel``.
+        fennel_start: fennel only, ``"auto"`` (default: both starts, the smaller cut wins; out of core, where the
+            bisection cannot run, the stream), ``"stream"`` (plain Fennel, half the time) or ``"bisect"``
+            (recursive BFS bisection, for meshes and road networks); see ``haloflow.partition.fennel``.
+        fennel_order: fennel only, the order vertices are streamed in: ``"auto"`` (default: BFS in memory, id order
+            out of core, which reads the CSR sequentially), ``"bfs"`` or ``"natural"`` (ids 0..N-1).
+        passes: fennel only, streaming passes: 1 = plain Fennel, more = restreaming passes that re-place each
+            vertex knowing the previous pass's assignment.
     """
 
     num_parts: int
@@ -60,6 +65,8 @@ class PartitionConfig:
     seed: int = 0
     chunk_size: int = 1 << 20  # 1M vertices: ~8 MiB of indptr per chunk
     fennel_start: str = "auto"
+    fennel_order: str = "auto"
+    passes: int = FENNEL_PASSES  # one streaming pass + 3 restreaming passes (measured in fennel.py's docstring)
 
     def __post_init__(self) -> None:
         if isinstance(self.balance, str):  # balance="edges" would otherwise be read letter by letter
@@ -85,6 +92,12 @@ class PartitionConfig:
             raise ConfigError(f"PartitionConfig.seed must be an integer >= 0, got {self.seed!r}")
         if not isinstance(self.chunk_size, (int, np.integer)) or self.chunk_size < 1:
             raise ConfigError(f"PartitionConfig.chunk_size must be an integer >= 1, got {self.chunk_size!r}")
+        if self.fennel_order not in FENNEL_ORDER_CHOICES:
+            raise ConfigError(f"PartitionConfig.fennel_order must be one of {', '.join(FENNEL_ORDER_CHOICES)}; got "
+                              f"{self.fennel_order!r}")
+        passes = self.passes
+        if isinstance(passes, bool) or not isinstance(passes, (int, np.integer)) or not 1 <= passes <= 1000:
+            raise ConfigError(f"PartitionConfig.passes must be an integer in 1..1000, got {self.passes!r}")
         if self.fennel_start not in FENNEL_STARTS:
             raise ConfigError(
                 f"PartitionConfig.fennel_start must be one of {', '.join(FENNEL_STARTS)}; got {self.fennel_start!r}"
@@ -124,7 +137,8 @@ def partition_graph(
     elif config.method == "fennel":
         parts = fennel_partition(
             graph.indptr, graph.indices, k, imbalance=config.imbalance, seed=config.seed,
-            chunk_size=config.chunk_size, start=config.fennel_start, progress=progress,
+            chunk_size=config.chunk_size, start=config.fennel_start, passes=config.passes,
+            order="bfs" if config.fennel_order == "auto" else config.fennel_order, progress=progress,
         )
     else:
         parts = random_partition(graph.num_nodes, k, seed=config.seed)

@@ -51,13 +51,14 @@ import numpy as np
 from haloflow.errors import ConfigError
 from haloflow.utils.progress import progress_bar
 
-__all__ = ["fennel_partition", "FENNEL_GAMMA", "FENNEL_PASSES", "FENNEL_STARTS"]
+__all__ = ["fennel_partition", "FennelStream", "FENNEL_GAMMA", "FENNEL_PASSES", "FENNEL_STARTS", "FENNEL_ORDERS"]
 
 log = logging.getLogger(__name__)
 
 FENNEL_GAMMA = 1.5
 FENNEL_PASSES = 4  # one streaming pass + 3 restreaming passes; see the module docstring
 FENNEL_STARTS = ("auto", "stream", "bisect")
+FENNEL_ORDERS = ("bfs", "natural")
 
 
 def fennel_partition(
@@ -89,7 +90,7 @@ def fennel_partition(
         start: ``"stream"`` (plain Fennel first pass), ``"bisect"`` (recursive BFS bisection, then ``passes - 1``
             restreaming passes) or ``"auto"`` (both; the smaller edge cut wins, stream on a tie).
     """
-    if order not in ("bfs", "natural"):
+    if order not in FENNEL_ORDERS:
         raise ConfigError(f"fennel order must be 'bfs' or 'natural', got {order!r}")
     if passes < 1:
         raise ConfigError(f"fennel passes must be >= 1, got {passes}")
@@ -102,8 +103,6 @@ def fennel_partition(
     indptr = np.asarray(indptr)  # an np.memmap stays a view of the file: nothing is read here
     indices = np.asarray(indices)
     nnz = int(indptr[-1])
-    cap = max(math.floor(imbalance * n / k + 1e-9), -(-n // k))
-    alpha = math.sqrt(k) * max(nnz / 2, 1.0) / n**1.5
     if order == "bfs":
         # The second sweep starts where the first ended (a pseudo-peripheral vertex), so parts grow as bands
         # across the graph instead of as rings around vertex 0.
@@ -117,28 +116,28 @@ def fennel_partition(
     with progress_bar(total=len(starts) * passes * len(chunks), desc="fennel", unit="chunk",
                       enabled=progress) as bar:
         for how in starts:
-            parts = np.full(n, -1, dtype=np.int64)
+            stream = FennelStream(n, nnz, k, imbalance=imbalance, seed=seed)
             first = 0
             if how == "bisect":
-                _bisect(indptr, indices, k, parts)
+                _bisect(indptr, indices, k, stream.parts)
+                stream.recount()
                 bar.update(len(chunks))
                 first = 1
-            sizes = np.bincount(parts[parts >= 0], minlength=k).astype(np.int64)
-            conn = np.zeros(k, dtype=np.int64)
-            touched = np.empty(k, dtype=np.int64)
             for p in range(first, passes):
                 for lo in chunks:
                     hi = min(lo + chunk_size, n)
-                    chunk = ids[lo:hi] if ids is not None else np.arange(lo, hi, dtype=np.int64)
-                    _place_chunk(indptr, indices, chunk, parts, sizes, cap, alpha, FENNEL_GAMMA, seed, p > 0,
-                                 conn, touched)
+                    if ids is None:  # natural order: rows lo..hi-1 as one block, as the out-of-core stream reads
+                        stream.place_rows(indptr[lo:hi + 1], indices[indptr[lo]:indptr[hi]], lo, restream=p > 0)
+                    else:
+                        stream.place_order(indptr, indices, ids[lo:hi], restream=p > 0)
                     bar.update(1)
+            parts = stream.parts
             cut = _cut_entries(indptr, indices, parts) if len(starts) > 1 else 0
             log.debug("fennel: K=%d, start %s, %d passes, order %s, cut entries %d, part sizes %s",
-                      k, how, passes, order, cut, sizes.tolist())
+                      k, how, passes, order, cut, stream.sizes.tolist())
             if best is None or cut < best_cut:
                 best, best_cut = parts, cut
-            del parts  # at most two (N,) assignments alive at once
+            del parts, stream  # at most two (N,) assignments alive at once
     return best
 
 
@@ -232,44 +231,112 @@ def _cut_entries(indptr, indices, parts):
     return c
 
 
+class FennelStream:
+    """Fennel's state over a stream of vertices: the assignment, the part sizes, the hard cap and alpha.
+
+    The in-memory partitioner and the out-of-core one (``partition/ooc/stream.py``) both place vertices through
+    this object and the one per-vertex kernel below, so for the same graph, seed and order they make the same
+    choice at every vertex. Memory: ``parts`` (N,) plus O(K).
+
+    Args:
+        num_nodes, nnz: N and the CSR's entries (they fix the cap and alpha, see the module docstring).
+        parts_dtype: int64 (the default, what ``Assignment`` holds) or int32 (half the memory out of core).
+    """
+
+    def __init__(self, num_nodes: int, nnz: int, num_parts: int, *, imbalance: float = 1.05, seed: int = 0,
+                 parts_dtype=np.int64):
+        n, k = int(num_nodes), int(num_parts)
+        self.cap = max(math.floor(imbalance * n / k + 1e-9), -(-n // k))
+        self.alpha = math.sqrt(k) * max(nnz / 2, 1.0) / n**1.5
+        self.seed = int(seed)
+        self.parts = np.full(n, -1, dtype=parts_dtype)  # (N,) -1 = not placed yet
+        self.sizes = np.zeros(k, dtype=np.int64)  # (K,)
+        self._conn = np.zeros(k, dtype=np.int64)  # scratch: neighbours per part of the vertex being placed
+        self._touched = np.empty(k, dtype=np.int64)
+
+    def recount(self) -> None:
+        """Part sizes from ``parts`` (after it was filled from outside, e.g. by the bisection)."""
+        placed = self.parts[self.parts >= 0]
+        self.sizes[:] = np.bincount(placed, minlength=self.sizes.shape[0])[: self.sizes.shape[0]]
+
+    def place_rows(self, indptr_block: np.ndarray, indices_block: np.ndarray, first: int, *, restream: bool) -> None:
+        """Place the vertices ``first .. first + len(indptr_block) - 2`` in order.
+
+        Args:
+            indptr_block: int64 (r+1,) the CSR's offsets of those rows (global offsets: ``indptr[first:first+r+1]``).
+            indices_block: (indptr_block[-1] - indptr_block[0],) their neighbours, row after row.
+            restream: each vertex leaves its part first (a later pass).
+        """
+        _place_rows(indptr_block, indices_block, first, self.parts, self.sizes, self.cap, self.alpha, FENNEL_GAMMA,
+                    self.seed, restream, self._conn, self._touched)
+
+    def place_order(self, indptr: np.ndarray, indices: np.ndarray, order: np.ndarray, *, restream: bool) -> None:
+        """Place the vertices ``order`` (int64) in that order, reading their rows of the whole CSR."""
+        _place_order(indptr, indices, order, self.parts, self.sizes, self.cap, self.alpha, FENNEL_GAMMA, self.seed,
+                     restream, self._conn, self._touched)
+
+
 @numba.njit(cache=True)
-def _place_chunk(indptr, indices, chunk, parts, sizes, cap, alpha, gamma, seed, restream, conn, touched):
-    k = sizes.shape[0]
+def _penalties(sizes, alpha, gamma):
     # penalty[q] = alpha * gamma * sizes[q] ** (gamma - 1), refreshed only for the two parts a placement touches
+    k = sizes.shape[0]
     penalty = np.empty(k, dtype=np.float64)
     for q in range(k):
         penalty[q] = alpha * gamma * sizes[q] ** (gamma - 1.0)
-    for i in range(chunk.shape[0]):
-        v = chunk[i]
-        if restream:
-            old = parts[v]
-            sizes[old] -= 1
-            penalty[old] = alpha * gamma * sizes[old] ** (gamma - 1.0)
-        nt = 0
-        for e in range(indptr[v], indptr[v + 1]):
-            u = indices[e]
-            q = parts[u]
-            if q < 0 or u == v:
-                continue
-            if conn[q] == 0:
-                touched[nt] = q
-                nt += 1
-            conn[q] += 1
-        # scan every part: the emptiest part can win even without neighbours; the scan starts at a seeded
-        # offset so that ties go to different parts for different seeds
-        best, best_score = -1, -np.inf
-        offset = (v + seed) % k
-        for j in range(k):
-            q = offset + j
-            if q >= k:
-                q -= k
-            if sizes[q] >= cap:
-                continue
-            score = conn[q] - penalty[q]
-            if score > best_score:
-                best, best_score = q, score
-        for j in range(nt):
-            conn[touched[j]] = 0
-        parts[v] = best
-        sizes[best] += 1
-        penalty[best] = alpha * gamma * sizes[best] ** (gamma - 1.0)
+    return penalty
+
+
+@numba.njit(cache=True, inline="always")
+def _place_vertex(v, nbrs, parts, sizes, penalty, cap, alpha, gamma, seed, restream, conn, touched):
+    """The per-vertex step: score the K parts for v given its neighbours ``nbrs`` and put v in the best one."""
+    k = sizes.shape[0]
+    if restream:
+        old = parts[v]
+        sizes[old] -= 1
+        penalty[old] = alpha * gamma * sizes[old] ** (gamma - 1.0)
+    nt = 0
+    for e in range(nbrs.shape[0]):
+        u = nbrs[e]
+        q = parts[u]
+        if q < 0 or u == v:
+            continue
+        if conn[q] == 0:
+            touched[nt] = q
+            nt += 1
+        conn[q] += 1
+    # scan every part: the emptiest part can win even without neighbours; the scan starts at a seeded
+    # offset so that ties go to different parts for different seeds
+    best, best_score = -1, -np.inf
+    offset = (v + seed) % k
+    for j in range(k):
+        q = offset + j
+        if q >= k:
+            q -= k
+        if sizes[q] >= cap:
+            continue
+        score = conn[q] - penalty[q]
+        if score > best_score:
+            best, best_score = q, score
+    for j in range(nt):
+        conn[touched[j]] = 0
+    parts[v] = best
+    sizes[best] += 1
+    penalty[best] = alpha * gamma * sizes[best] ** (gamma - 1.0)
+
+
+@numba.njit(cache=True)
+def _place_order(indptr, indices, order, parts, sizes, cap, alpha, gamma, seed, restream, conn, touched):
+    penalty = _penalties(sizes, alpha, gamma)
+    for i in range(order.shape[0]):
+        v = order[i]
+        _place_vertex(v, indices[indptr[v]:indptr[v + 1]], parts, sizes, penalty, cap, alpha, gamma, seed, restream,
+                      conn, touched)
+
+
+@numba.njit(cache=True)
+def _place_rows(indptr_block, indices_block, first, parts, sizes, cap, alpha, gamma, seed, restream, conn, touched):
+    penalty = _penalties(sizes, alpha, gamma)
+    base = indptr_block[0]
+    for i in range(indptr_block.shape[0] - 1):
+        _place_vertex(first + i, indices_block[indptr_block[i] - base:indptr_block[i + 1] - base], parts, sizes,
+                      penalty, cap, alpha, gamma, seed, restream, conn, touched)

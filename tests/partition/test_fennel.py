@@ -6,7 +6,7 @@ import pytest
 
 from haloflow.data.graph import CSRGraph
 from haloflow.errors import ConfigError
-from haloflow.partition.fennel import fennel_partition
+from haloflow.partition.fennel import FennelStream, fennel_partition
 from haloflow.partition.metis import metis_partition, symmetric_adjacency
 from haloflow.partition.random import random_partition
 
@@ -117,3 +117,27 @@ def test_cut_within_1_5x_of_metis_on_real_social_graphs(shared_data, name):
         metis_cut = cut(g, metis_partition(xadj, adjncy, k))
         fennel_cut = cut(g, fennel_partition(g.indptr, g.indices, k))
         assert fennel_cut <= 1.5 * metis_cut, (k, fennel_cut, metis_cut)
+
+
+def test_stream_in_any_blocks_and_dtype_makes_the_same_choices():
+    # The out-of-core stream reads the CSR in blocks of rows it can hold; the in-memory partitioner in chunks of
+    # chunk_size. Both go through FennelStream's one per-vertex step, so blocks and the parts dtype change nothing.
+    g = planted(n=1500, seed=5)
+    for passes in (1, 3):
+        want = fennel_partition(g.indptr, g.indices, 5, seed=2, order="natural", start="stream", passes=passes)
+        stream = FennelStream(g.num_nodes, g.num_edges, 5, seed=2, parts_dtype=np.int32)
+        rng = np.random.default_rng(0)
+        for p in range(passes):
+            lo = 0
+            while lo < g.num_nodes:
+                hi = min(lo + int(rng.integers(1, 200)), g.num_nodes)
+                stream.place_rows(g.indptr[lo:hi + 1], g.indices[g.indptr[lo]:g.indptr[hi]], lo, restream=p > 0)
+                lo = hi
+        np.testing.assert_array_equal(stream.parts, want)
+
+
+def test_restreaming_lowers_the_cut_of_a_natural_order_stream():
+    g = planted(n=3000, seed=6)
+    one = fennel_partition(g.indptr, g.indices, 4, order="natural", start="stream", passes=1)
+    four = fennel_partition(g.indptr, g.indices, 4, order="natural", start="stream", passes=4)
+    assert cut(g, four) < cut(g, one)
