@@ -92,30 +92,22 @@ def _inner_compute(agg, widths, device) -> callable:
 def worker(args) -> None:
     from dataclasses import replace
 
-    from haloflow.engine.comm import all_gather_rows
-    from haloflow.engine.gcn.train import GCNTrainConfig, setup_gcn
+    from haloflow.engine.gcn.train import GCNFamily, GCNTrainConfig
     from haloflow.engine.runtime import Runtime, RuntimeConfig
-    from haloflow.models.gcn import gcn_loss
 
     cfg = GCNTrainConfig(partitions=args.partitions, hidden_dim=args.hidden, num_layers=args.layers,
                          normalize_features=False, runtime=RuntimeConfig(timeout_s=600, progress=False,
                                                                          device=args.device))
     with Runtime.start(cfg.runtime, distributed=True) as rt:
         device, K = rt.layout.device, rt.layout.world_size
-        model, agg, sync, local, stats = setup_gcn(cfg, rt)
-        n_train = int(all_gather_rows([float(local.masks[0].sum())], rt.layout.group, "counting").sum())
-        opt = torch.optim.Adam(model.param_groups(cfg.weight_decay), lr=cfg.lr)
-        model.precompute(local.x, agg)
-        model.train()
+        family = GCNFamily(cfg)  # the trainer's own training step, with the trainer's optimizer
+        family.setup(rt)
+        family.begin(0)
+        model, agg, stats = family.model, family.agg, family.stats
         epoch = [0]
 
         def step():
-            agg.set_epoch(epoch[0], True)
-            logits = model(local.x, agg, local.node_ids, epoch[0])
-            opt.zero_grad(set_to_none=True)
-            gcn_loss(logits, local.labels, local.masks[0], n_train).backward()
-            sync.wait()
-            opt.step()
+            family.train_step(epoch[0])
             epoch[0] += 1
 
         schedules = {name: replace(agg.config, schedule=name) for name in ("overlap", "wait_first")}

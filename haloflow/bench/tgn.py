@@ -171,13 +171,15 @@ def worker(args) -> None:
     from dataclasses import replace
 
     from haloflow.engine.runtime import Runtime, RuntimeConfig
-    from haloflow.engine.tgn.train import TGNRun, TGNTrainConfig, read_events
+    from haloflow.engine.tgn.train import TGNFamily, TGNTrainConfig, read_events
 
     events = read_events(args.events)
     cfg = TGNTrainConfig(events=args.events, seed=0, eval=False,
                          runtime=RuntimeConfig(device="cpu", progress=False, timeout_s=300))
     with Runtime.start(cfg.runtime, distributed=True) as rt:
-        runs = {s: TGNRun(replace(cfg, schedule=s), rt, events) for s in ("overlap", "wait_first")}
+        runs = {s: TGNFamily(replace(cfg, schedule=s), events=events) for s in ("overlap", "wait_first")}
+        for family in runs.values():
+            family.setup(rt)
         ids_all = runs["overlap"].train_ids
         batches = [ids_all[i:i + cfg.batch_size] for i in range(0, args.batches * cfg.batch_size, cfg.batch_size)]
         times = {s: [] for s in runs}

@@ -46,8 +46,8 @@ def test_people_get_a_table_and_programs_get_json_lines(tmp_path, capsys):
     assert "samples / s" in out and "ranks x threads" in out and "start-up s" in out
     assert not any(line.startswith("{") for line in out.splitlines())  # JSON goes to the file
     records = [json.loads(x) for x in log.read_text().splitlines()]
-    assert [r["kind"] for r in records] == ["train"] * 3 + ["eval"]
-    assert records[-1]["val_auc"] is None  # no validation samples: null, not NaN (which is not JSON)
+    assert [r["kind"] for r in records] == ["train"] * 3 + ["summary"]
+    assert records[-1]["metrics"]["val_auc"] is None  # no validation samples: null, not NaN (which is not JSON)
 
 
 @pytest.mark.slow

@@ -65,6 +65,11 @@ class DLRMTrainConfig:
     bottom_mlp: tuple[int, ...] = option((512, 256, 64), metavar="W,W,..", help="widths of the dense features' MLP")
     top_mlp: tuple[int, ...] = option((512, 256), metavar="W,W,..", help="widths of the MLP over the interactions")
     seed: int = option(0, help="weights and the synthetic log")
+    # float64 is for parity checks: K ranks then agree with one process far beyond float32 rounding (float32
+    # rounding differs with K, since each rank sums its own slice's gradients, and a ReLU input that rounding
+    # moves across 0 makes the runs part; see engine/dlrm/parallelize.py)
+    dtype: str = option("float32", choices=("float32", "float64"), help="floating type of the MLPs and tables "
+                        "(float64: for parity checks; not with row stores)")
     dp_grad: str = option("sparse", choices=("sparse", "dense"), help="how data-parallel tables' gradients are summed")
     optimizer: str = option("sgd", choices=ROW_OPTIMIZERS, help="optimizer of the tables (adagrad and "
                             "rowwise_adagrad keep their state with the rows; the MLPs then use Adagrad)")
@@ -92,6 +97,12 @@ class DLRMTrainConfig:
             raise ConfigError(f"lr must be a finite number > 0, got {self.lr}", field="lr")
         if self.optimizer not in ROW_OPTIMIZERS:
             raise ConfigError(f"optimizer must be one of {ROW_OPTIMIZERS}, got {self.optimizer!r}", field="optimizer")
+        if self.dtype not in ("float32", "float64"):
+            raise ConfigError(f"dtype must be float32 or float64, got {self.dtype!r}", field="dtype")
+        if self.dtype != "float32" and (self.cache_ratio is not None or self.optimizer != "sgd"):
+            raise ConfigError(f"dtype {self.dtype} needs the tables as parameters, but optimizer {self.optimizer!r} "
+                              f"/ cache_ratio {self.cache_ratio} keep them in float32 row stores: expected dtype "
+                              "float32, or sgd without a cache", field="dtype")
         if self.cache_ratio is not None and not 0 < self.cache_ratio <= 1:
             raise ConfigError(f"cache_ratio must be in (0, 1], got {self.cache_ratio}", field="cache_ratio")
         if self.dp_grad not in ("sparse", "dense"):

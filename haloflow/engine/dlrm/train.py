@@ -1,25 +1,25 @@
-"""Training loop of DLRM on click logs: one process, or K ranks with tables sharded by a plan.
+"""DLRM on click logs as a family of the one training loop: `DLRMFamily`, `train_dlrm`, `DLRMTrainResult`.
 
-::
+One step, whatever K (one process is the sharded model on a group of one, its plan one rank's)::
 
     every rank reads the same global batch (B samples) -> takes its contiguous slice (split_sizes)
-      forward  -> loss = BCE sum over the slice / B            (the K losses add up to the global mean)
-      backward -> finish_grad_sync (MLP gradients, data-parallel tables) -> SGD step (sparse on the shards)
+      forward      net(dense, sparse, sizes)             the tables' lookups by plan, MLPs replicated
+      loss         BCE sum over the slice / B            (the K losses add up to the global mean)
+      backward     -> net.finish_step()                  gradient sync (MLPs, data-parallel tables) and the row
+                                                          stores' fused update when the tables live in stores
+      opt.step()   torch SGD / Adagrad on what remains parameters
     evaluation on the validation split: logloss = sum of BCE / N; AUC exactly by rank-sum over all N
       scores, gathered from every rank
-    rank 0: a progress bar (or a line every N steps), one JSON line per log interval and evaluation
-      (``--log-jsonl``), a summary table at the end
 
-The shared ``Runtime`` owns the process group, the device (batches reach CUDA through pinned memory) and the
-output. Defaults follow the Criteo Kaggle DLRM (FACTS.md): SGD lr 0.1, batch 128, D = 16, bottom 512-256-64,
-top 512-256.
+The loop (``engine/trainer.py``) owns start-up, resume, checkpoints, progress and the summary. Defaults follow
+the Criteo Kaggle DLRM (FACTS.md): SGD lr 0.1, batch 128, D = 16, bottom 512-256-64, top 512-256.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import torch
@@ -27,20 +27,42 @@ import torch.distributed as dist
 
 from haloflow.data.clicks import CHUNK
 from haloflow.data.jagged import ClickBatch, JaggedBatch, split_sizes
-from haloflow.engine.comm import all_gather_cat
 from haloflow.engine.checkpoint import cpu_state
-from haloflow.engine.dlrm.config import DLRMTrainConfig
+from haloflow.engine.comm import all_gather_cat
 from haloflow.engine.dlrm.checkpoint import dense_state, load_dense_state, load_tables, table_pieces
-from haloflow.engine.dlrm.sharding import build_sharded_dlrm
+from haloflow.engine.dlrm.config import DLRMTrainConfig
+from haloflow.engine.dlrm.parallelize import DistributedDLRM, parallelize_dlrm
 from haloflow.engine.runtime import ParallelLayout, Runtime, TrainResult, to_device
+from haloflow.engine.trainer import Exported, RunInfo, run
 from haloflow.errors import ConfigError
-from haloflow.models.dlrm import DLRM, DLRMConfig, dlrm_loss
+from haloflow.models.dlrm import DLRMConfig, dlrm_loss
 from haloflow.partition.planner.plan_io import load_plan
 from haloflow.partition.planner.planner import table_wise_plan
 
-__all__ = ["DLRMTrainConfig", "DLRMTrainResult", "train_dlrm", "auc_rank_sum"]
+__all__ = ["DLRMTrainConfig", "DLRMTrainResult", "DLRMFamily", "StepLog", "train_dlrm", "auc_rank_sum"]
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class StepLog:
+    """One training step, global over ranks; ``logged`` marks the steps that write a JSON line."""
+
+    step: int  # counted from 1
+    loss: float  # the global mean loss of the step
+    window_loss: float  # mean over the last log_every steps
+    samples_per_s: float  # since this run's first step
+    cache: dict = field(default_factory=dict)  # hit rate and bytes of the tables' caches ({} without)
+    logged: bool = False
+
+    def progress(self) -> dict[str, float]:
+        return {"loss": self.loss}
+
+    def record(self) -> dict | None:
+        if not self.logged:
+            return None
+        return {"kind": "train", "step": self.step, "loss": self.window_loss, "samples_per_s": self.samples_per_s,
+                **self.cache}
 
 
 @dataclass(eq=False)
@@ -140,10 +162,10 @@ class _Data:
             yield from block.split_batch([B] * q + ([r] if r else []))
 
 
-# ------------------------------------------------------------------------------------------------ loop
-def _cache_record(model) -> dict:
+
+def _cache_record(embeddings) -> dict:
     """Hit rate and bytes of the tables' caches so far (nothing without a cache)."""
-    stats = getattr(model.embeddings, "cache_stats", None)
+    stats = getattr(embeddings, "cache_stats", None)
     if stats is None:
         return {}
     s = stats()
@@ -153,64 +175,47 @@ def _cache_record(model) -> dict:
             "cache_bytes_to_host": s.bytes_to_host}
 
 
-def _state(net, layout: ParallelLayout) -> dict:
-    """The single-device model's weights (on the CPU); empty when sharded (``DistributedDLRM.to_dlrm`` gathers
-    them, a collective that materialises every table on every rank)."""
-    if layout.distributed:
-        return {}
-    return cpu_state(net.state_dict())
-
-
-def _build_model(config: DLRMTrainConfig, data: _Data, layout: ParallelLayout):
-    """The single-device model (one process, no plan), or this rank's shards built in place (no whole tables).
+def build_dlrm(config: DLRMTrainConfig, table_sizes: tuple[int, ...], num_dense: int,
+               layout: ParallelLayout) -> DistributedDLRM:
+    """This rank's DLRM, whatever K: its shards of the plan (``--plan``, else whole tables spread over the ranks;
+    at K = 1 every table on the one rank), built in place (no rank allocates a table it does not own).
 
     Tables go into row stores (the optimizer fused, hot rows optionally cached) for ``--optimizer adagrad`` /
     ``rowwise_adagrad``, ``--cache-ratio``, or a plan that caches a table; otherwise they are parameters that
-    the torch optimizer steps. Sharded, data-parallel replicas go into stores too (never parameters), so that
-    every table gets the same optimizer.
+    the torch optimizer steps. Data-parallel replicas go into stores too (never parameters), so that every table
+    gets the same optimizer.
     """
-    model_config = DLRMConfig(table_sizes=data.table_sizes, num_dense=data.num_dense,
-                              embedding_dim=config.embedding_dim, bottom_mlp=config.bottom_mlp,
-                              top_mlp=config.top_mlp, seed=config.seed)
-    plan = None
+    model_config = DLRMConfig(table_sizes=table_sizes, num_dense=num_dense, embedding_dim=config.embedding_dim,
+                              bottom_mlp=config.bottom_mlp, top_mlp=config.top_mlp, seed=config.seed)
     if config.plan is not None:
         plan = load_plan(config.plan)
         layout.expect_parts(plan.world_size, f"plan {config.plan}")
-    elif layout.world_size > 1:
-        plan = table_wise_plan(data.table_sizes, config.embedding_dim, layout.world_size)
-    plan_caches = plan is not None and any(tp.cache_rows is not None for tp in plan.tables)
-    stores = config.cache_ratio is not None or config.optimizer != "sgd" or plan_caches
-    if not stores:
-        if plan is None:
-            return DLRM(model_config).to(layout.device), None
-        sharded = build_sharded_dlrm(model_config, plan, layout.group, dp_grad=config.dp_grad, device=layout.device)
-        return sharded.model, sharded
-    from haloflow.cache import CacheConfig, make_optimizer
+    else:
+        plan = table_wise_plan(table_sizes, config.embedding_dim, layout.world_size)
+    plan_caches = any(tp.cache_rows is not None for tp in plan.tables)
+    stores = None
+    if config.cache_ratio is not None or config.optimizer != "sgd" or plan_caches:
+        from haloflow.cache import CacheConfig, make_optimizer
+        from haloflow.engine.dlrm.shard_stores import ShardStores
 
-    optimizer = make_optimizer({"name": config.optimizer, "lr": config.lr})
-    cache = (CacheConfig(ratio=config.cache_ratio, policy=config.cache_policy)
-             if config.cache_ratio is not None else None)
-    if plan is None:
-        from haloflow.engine.dlrm.store_tables import StoreTables
-
-        tables = StoreTables.build(model_config, optimizer, cache=cache, device=layout.device)
-        return DLRM(model_config, embeddings=tables).to(layout.device), None
-    from haloflow.engine.dlrm.shard_stores import ShardStores
-
-    sharded = build_sharded_dlrm(model_config, plan, layout.group, dp_grad=config.dp_grad, device=layout.device,
-                                 stores=ShardStores(optimizer=optimizer, cache=cache, device=layout.device))
-    return sharded.model, sharded
+        cache = (CacheConfig(ratio=config.cache_ratio, policy=config.cache_policy)
+                 if config.cache_ratio is not None else None)
+        stores = ShardStores(optimizer=make_optimizer({"name": config.optimizer, "lr": config.lr}), cache=cache,
+                             device=layout.device)
+    return parallelize_dlrm(model_config, plan, layout.group, dp_grad=config.dp_grad, device=layout.device,
+                            stores=stores, dtype=getattr(torch, config.dtype))
 
 
-def _local(batch: ClickBatch, layout: ParallelLayout) -> tuple[ClickBatch, list[int]]:
-    """This rank's slice of the global batch, on its device (through pinned memory on CUDA)."""
+def _local(batch: ClickBatch, layout: ParallelLayout, dtype: torch.dtype) -> tuple[ClickBatch, list[int]]:
+    """This rank's slice of the global batch, on its device (through pinned memory on CUDA), its dense features
+    and labels in the model's floating type."""
     sizes = split_sizes(batch.batch_size, layout.world_size)
     mine = batch.split_batch(sizes)[layout.rank]
     dev = layout.device
-    if dev.type != "cpu":
-        mine = ClickBatch(to_device(mine.dense, dev), JaggedBatch(to_device(mine.sparse.lengths, dev),
-                                                                  to_device(mine.sparse.values, dev)),
-                          to_device(mine.labels, dev))
+    if dev.type != "cpu" or dtype != torch.float32:
+        mine = ClickBatch(to_device(mine.dense, dev).to(dtype),
+                          JaggedBatch(to_device(mine.sparse.lengths, dev), to_device(mine.sparse.values, dev)),
+                          to_device(mine.labels, dev).to(dtype))
     return mine, sizes
 
 
@@ -220,15 +225,117 @@ def _all_sum(x: torch.Tensor, layout: ParallelLayout) -> torch.Tensor:
     return x
 
 
+class DLRMFamily:
+    """DLRM for ``engine/trainer.run``: one unit is one global batch."""
+
+    kind, unit, more_flag, join = "dlrm", "step", "--max-steps", True
+
+    def __init__(self, config: DLRMTrainConfig):
+        self.config = config
+        self.losses: list[float] = []
+        self.samples = 0
+        self.comm = 0  # bytes this rank sent in this run's steps
+
+    def setup(self, rt: Runtime) -> None:
+        cfg = self.config
+        self.rt, self.data, self.dtype = rt, _Data(cfg), getattr(torch, cfg.dtype)
+        self.net = build_dlrm(cfg, self.data.table_sizes, self.data.num_dense, rt.layout)
+        dense_opt = torch.optim.Adagrad if cfg.optimizer != "sgd" else torch.optim.SGD
+        self.opt = dense_opt([p for p in self.net.parameters() if p.requires_grad], lr=cfg.lr)
+        self.per_epoch = self.data.num_batches("train")
+        self.total = self.per_epoch * cfg.epochs if cfg.max_steps is None else min(self.per_epoch * cfg.epochs,
+                                                                                   cfg.max_steps)
+        self.devices = {"model": {p.device.type for p in self.net.parameters()}, "batches": set()}
+
+    # ------------------------------------------------------------------------------------------ checkpoints
+    def total_units(self) -> int:
+        return self.total
+
+    def identity(self) -> dict:
+        cfg, data = self.config, self.data
+        return {"table_sizes": list(data.table_sizes), "num_dense": data.num_dense, "train_batches": self.per_epoch,
+                "batch_size": cfg.batch_size, "embedding_dim": cfg.embedding_dim, "bottom_mlp": list(cfg.bottom_mlp),
+                "top_mlp": list(cfg.top_mlp), "seed": cfg.seed, "optimizer": cfg.optimizer}
+
+    def export(self) -> Exported:
+        return Exported({"dense": dense_state(self.net.model, self.opt), "losses": self.losses,
+                         "samples": self.samples}, tuple(table_pieces(self.net.embeddings, self.rt.layout.rank)))
+
+    def restore(self, loaded) -> None:
+        """MLPs, their optimizer state, this rank's table rectangles, the losses and samples so far."""
+        load_dense_state(self.net.model, self.opt, loaded.state["dense"], loaded.path)
+        load_tables(self.net.embeddings, loaded)
+        self.samples = int(loaded.state["samples"])
+        self.losses = [float(x) for x in loaded.state["losses"]]
+
+    # ------------------------------------------------------------------------------------------ training
+    def begin(self, done: int) -> None:
+        self.start, self.t0 = done, time.perf_counter()
+        self.stream = self._stream(done)
+
+    def _stream(self, done: int) -> Iterator[ClickBatch]:
+        """The training batches from step ``done`` on, epoch after epoch (the data position is done mod the
+        batches per epoch)."""
+        skip = done % self.per_epoch
+        while True:
+            yield from self.data.batches("train", skip=skip)
+            skip = 0
+
+    def train_unit(self, index: int) -> StepLog:
+        cfg, lay, net = self.config, self.rt.layout, self.net
+        batch = next(self.stream)
+        mine, sizes = _local(batch, lay, self.dtype)
+        self.devices["batches"] |= {t.device.type for t in (mine.dense, mine.sparse.values, mine.labels)}
+        self.opt.zero_grad(set_to_none=True)
+        net.stats.reset()
+        logits = net(mine.dense, mine.sparse, sizes)  # (B_r,)
+        loss = dlrm_loss(logits, mine.labels, global_batch_size=batch.batch_size)
+        loss.backward()
+        net.finish_step()  # gradient sync; the row stores' fused update
+        self.opt.step()
+        self.comm += net.stats.total()
+        step_loss = float(_all_sum(loss.detach().clone(), lay))  # the global mean (a sync, for the log)
+        self.losses.append(step_loss)
+        self.samples += batch.batch_size
+        step = index + 1
+        logged = step % cfg.log_every == 0 or step == self.total
+        window = self.losses[-cfg.log_every:]
+        rate = (step - self.start) * batch.batch_size / (time.perf_counter() - self.t0)
+        return StepLog(step=step, loss=step_loss, window_loss=sum(window) / len(window), samples_per_s=rate,
+                       cache=_cache_record(net.embeddings) if logged else {}, logged=logged)
+
+    def finish(self) -> None:
+        pass
+
+    def evaluate(self, run: RunInfo) -> dict[str, float]:
+        val_logloss, val_auc = _evaluate(self.net, self.data, self.rt.layout, self.config)
+        return {"val_logloss": val_logloss, "val_auc": val_auc, "samples_per_s": self._samples_per_s(run),
+                "comm_bytes_per_step": self.comm / max(run.trained, 1), **_cache_record(self.net.embeddings)}
+
+    def _samples_per_s(self, run: RunInfo) -> float:
+        done = self.samples * run.trained / max(run.total, 1)  # this run's share
+        return done / run.train_s if run.train_s > 0 else 0.0
+
+    def result(self, run: RunInfo, metrics: dict[str, float]) -> DLRMTrainResult:
+        # The whole model's weights on one rank only: K ranks would need a collective that materialises every
+        # table on every rank (``DistributedDLRM.to_dlrm``).
+        state = cpu_state(self.net.to_dlrm().state_dict()) if self.rt.layout.world_size == 1 else {}
+        return DLRMTrainResult(**run.base(), state_dict=state, steps=run.total, samples=self.samples,
+                               losses=self.losses, val_logloss=metrics["val_logloss"], val_auc=metrics["val_auc"],
+                               comm_bytes_per_step=metrics["comm_bytes_per_step"], devices=self.devices,
+                               cache=_cache_record(self.net.embeddings), resumed_at=run.resumed_at)
+
+
 @torch.no_grad()
-def _evaluate(net, data: _Data, layout: ParallelLayout, config: DLRMTrainConfig) -> tuple[float, float]:
+def _evaluate(net: DistributedDLRM, data: _Data, layout: ParallelLayout, config: DLRMTrainConfig
+              ) -> tuple[float, float]:
     scores, labels, count = [], [], 0
     loss_sum = torch.zeros(1, dtype=torch.float64, device=layout.device)
     for i, batch in enumerate(data.batches("val")):
         if config.max_eval_batches is not None and i >= config.max_eval_batches:
             break
-        mine, sizes = _local(batch, layout)
-        logits = net(mine.dense, mine.sparse, sizes) if layout.distributed else net(mine.dense, mine.sparse)
+        mine, sizes = _local(batch, layout, getattr(torch, config.dtype))
+        logits = net(mine.dense, mine.sparse, sizes)
         loss_sum += dlrm_loss(logits, mine.labels, global_batch_size=1).double()  # the sum over the slice
         count += batch.batch_size
         scores.append(logits)
@@ -241,104 +348,9 @@ def _evaluate(net, data: _Data, layout: ParallelLayout, config: DLRMTrainConfig)
     return float(loss_sum) / count, auc_rank_sum(all_scores, all_labels)
 
 
-def _resume(ckpt, model: DLRM, opt: torch.optim.Optimizer, total: int) -> tuple[int, int, list[float]]:
-    """Steps and samples done and the loss history: from the checkpoint ``ckpt`` resumes (MLPs, their optimizer
-    state, this rank's table rectangles and RNG restored in place), else nothing done."""
-
-    def restore(loaded) -> tuple[int, int, list[float]]:
-        load_dense_state(model, opt, loaded.state["dense"], loaded.path)
-        load_tables(model.embeddings, loaded)
-        torch.set_rng_state(loaded.state["rng"])
-        return loaded.step, int(loaded.state["samples"]), [float(x) for x in loaded.state["losses"]]
-
-    return ckpt.resume(total, "step", "--max-steps", restore) or (0, 0, [])
-
-
-def train_dlrm(config: DLRMTrainConfig, *, on_record: Callable[[dict], None] | None = None) -> DLRMTrainResult:
+def train_dlrm(config: DLRMTrainConfig) -> DLRMTrainResult:
     """Train and evaluate; every rank returns the same ``DLRMTrainResult``.
 
-    Under torchrun every rank joins the group and holds its shards of the plan; alone, it trains the
-    single-device model. ``on_record`` is called on rank 0 with every JSON record as it is made.
+    Under torchrun every rank joins the group and holds its shards of the plan; alone, the one rank holds them all.
     """
-    with Runtime.start(config.runtime) as rt:
-        return _train(config, rt, on_record)
-
-
-def _train(config: DLRMTrainConfig, rt: Runtime, on_record) -> DLRMTrainResult:
-    lay = rt.layout
-    data = _Data(config)
-    model, dist_model = _build_model(config, data, lay)
-    net = dist_model if dist_model is not None else model
-    fused = getattr(model.embeddings, "step", None)  # row stores update their own rows
-    dense_opt = torch.optim.Adagrad if config.optimizer != "sgd" else torch.optim.SGD
-    opt = dense_opt([p for p in net.parameters() if p.requires_grad], lr=config.lr)
-    stats = dist_model.stats if dist_model is not None else None
-
-    def emit(record: dict) -> None:
-        rt.metrics.write(record)
-        if lay.is_main and on_record is not None:
-            on_record(rt.metrics.records[-1])
-
-    per_epoch = data.num_batches("train")
-    total = per_epoch * config.epochs
-    if config.max_steps is not None:
-        total = min(total, config.max_steps)
-    ckpt = rt.checkpointer("dlrm", {"table_sizes": list(data.table_sizes), "num_dense": data.num_dense,
-                                    "train_batches": per_epoch, "batch_size": config.batch_size,
-                                    "embedding_dim": config.embedding_dim, "bottom_mlp": list(config.bottom_mlp),
-                                    "top_mlp": list(config.top_mlp), "seed": config.seed,
-                                    "optimizer": config.optimizer})
-    steps, samples, losses = _resume(ckpt, model, opt, total)
-    start, comm = steps, 0
-    rt.started()
-    reporter = rt.reporter(total=total, unit="step", desc=f"train dlrm (K={lay.world_size})", done=start)
-    devices = {"model": {p.device.type for p in net.parameters()}, "batches": set()}
-    t0 = time.perf_counter()
-    try:
-        while steps < total:
-            for batch in data.batches("train", skip=steps % per_epoch):
-                if steps >= total:
-                    break
-                ckpt.maybe_fail(steps + 1)
-                mine, sizes = _local(batch, lay)
-                devices["batches"] |= {t.device.type for t in (mine.dense, mine.sparse.values, mine.labels)}
-                opt.zero_grad(set_to_none=True)
-                if stats is not None:
-                    stats.reset()
-                    logits = dist_model(mine.dense, mine.sparse, sizes)
-                else:
-                    logits = model(mine.dense, mine.sparse)
-                loss = dlrm_loss(logits, mine.labels, global_batch_size=batch.batch_size)
-                loss.backward()
-                if dist_model is not None:
-                    dist_model.finish_grad_sync()
-                    comm += stats.total()
-                if fused is not None:
-                    fused()
-                opt.step()
-                step_loss = float(_all_sum(loss.detach().clone(), lay))  # the global mean (a sync, for the log)
-                losses.append(step_loss)
-                steps += 1
-                samples += batch.batch_size
-                if steps % config.log_every == 0 or steps == total:
-                    window = losses[-config.log_every:]
-                    emit({"kind": "train", "step": steps, "loss": sum(window) / len(window),
-                          "samples_per_s": (steps - start) * batch.batch_size / (time.perf_counter() - t0),
-                          **_cache_record(model)})
-                reporter.update({"loss": step_loss})
-                if ckpt.due(steps, total):
-                    ckpt.save(steps, {"dense": dense_state(model, opt), "losses": losses, "samples": samples,
-                                      "rng": torch.get_rng_state()}, table_pieces(model.embeddings, lay.rank))
-    finally:
-        reporter.close()
-    train_s = time.perf_counter() - t0
-    val_logloss, val_auc = _evaluate(net, data, lay, config)
-    result = DLRMTrainResult(layout=lay, startup_s=rt.startup_s, train_s=train_s, threads=rt.threads,
-                             state_dict=_state(net, lay), records=rt.metrics.records, steps=steps, samples=samples,
-                             losses=losses, val_logloss=val_logloss, val_auc=val_auc,
-                             comm_bytes_per_step=comm / max(steps - start, 1), devices=devices,
-                             cache=_cache_record(model), resumed_at=start)
-    emit({"kind": "eval", "step": steps, "val_logloss": val_logloss, "val_auc": val_auc,
-          "samples_per_s": result.samples_per_s, "world_size": lay.world_size, "threads_per_rank": rt.threads,
-          "startup_s": rt.startup_s, "comm_bytes_per_step": result.comm_bytes_per_step})
-    return result
+    return run(DLRMFamily(config), config.runtime)

@@ -52,8 +52,9 @@ def test_single_process_run_is_deterministic_and_writes_records(tmp_path):
     b = train_dlrm(DLRMTrainConfig(**SMALL))
     assert a.steps == 5 and a.losses == b.losses and a.val_auc == b.val_auc
     lines = [json.loads(x) for x in (tmp_path / "m.jsonl").read_text().splitlines()]
-    assert [r["kind"] for r in lines] == ["train"] * 5 + ["eval"]
-    assert lines[-1]["val_logloss"] == pytest.approx(a.val_logloss) and 0 <= lines[-1]["val_auc"] <= 1
+    assert [r["kind"] for r in lines] == ["train"] * 5 + ["summary"]
+    final = lines[-1]["metrics"]
+    assert final["val_logloss"] == pytest.approx(a.val_logloss) and 0 <= final["val_auc"] <= 1
 
 
 @pytest.mark.parametrize("device", ["cpu"] + (["cuda"] if torch.cuda.is_available() else []))
@@ -114,9 +115,9 @@ def test_two_ranks_through_the_cli_match_one_process(tmp_path):
     losses = [r["loss"] for r in records if r["kind"] == "train"]
     torch.testing.assert_close(torch.tensor(losses), torch.tensor(one.losses))
     final = records[-1]
-    assert final["world_size"] == 2 and final["comm_bytes_per_step"] > 0
-    assert final["val_logloss"] == pytest.approx(one.val_logloss, rel=1e-5)
-    assert final["val_auc"] == pytest.approx(one.val_auc, abs=1e-6)
+    assert final["world_size"] == 2 and final["metrics"]["comm_bytes_per_step"] > 0
+    assert final["metrics"]["val_logloss"] == pytest.approx(one.val_logloss, rel=1e-5)
+    assert final["metrics"]["val_auc"] == pytest.approx(one.val_auc, abs=1e-6)
 
 
 @pytest.mark.slow
@@ -129,8 +130,8 @@ def test_two_ranks_with_cached_adagrad_tables_through_the_cli_match_one_process(
     records, _ = _cli(tmp_path, 2, "--cache-ratio", "0.05", "--optimizer", "adagrad", "--lr", "0.01")
     losses = [r["loss"] for r in records if r["kind"] == "train"]
     torch.testing.assert_close(torch.tensor(losses), torch.tensor(one.losses))
-    assert records[-1]["val_logloss"] == pytest.approx(one.val_logloss, rel=1e-5)
-    assert records[-1]["val_auc"] == pytest.approx(one.val_auc, abs=1e-6)
+    assert records[-1]["metrics"]["val_logloss"] == pytest.approx(one.val_logloss, rel=1e-5)
+    assert records[-1]["metrics"]["val_auc"] == pytest.approx(one.val_auc, abs=1e-6)
     # Whole tables on either rank, each seeing every id of the global batch: the caches of both ranks, summed,
     # counted exactly the hits and bytes of the single process's caches.
     last, one_last = records[-2], [r for r in one.records if r["kind"] == "train"][-1]
