@@ -82,7 +82,8 @@ class TGNTrainResult(TrainResult):
 
     def summary(self) -> str:
         rows = [["epochs", len(self.epoch_losses)], ["train loss (last epoch)", self.epoch_losses[-1]],
-                ["train events / s", self.events_per_s], *[[k, v] for k, v in self.metrics.items()]]
+                ["train events / s", self.events_per_s], *[[k, v] for k, v in self.metrics.items()],
+                *([["resumed after batch", self.resumed_at]] if self.resumed_at else [])]
         return self.format_summary(f"TGN, {len(self.epoch_losses)} epochs", rows, epochs=len(self.epoch_losses))
 
 
