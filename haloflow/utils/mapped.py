@@ -107,9 +107,24 @@ class MappedNpy:
         self.close()
 
 
+_HEADER_BYTES = 128  # every header NpyWriter writes takes this many bytes, so it can be rewritten in place
+
+
+def _header(dtype: np.dtype, shape: tuple[int, ...]) -> bytes:
+    """A version 1.0 ``.npy`` header of exactly ``_HEADER_BYTES`` bytes (the dict padded with spaces, as numpy
+    pads its own headers to 64-byte alignment)."""
+    body = repr({"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False, "shape": shape})
+    room = _HEADER_BYTES - 10 - 1  # magic (6) + version (2) + length (2); the dict ends with a newline
+    if len(body) > room:
+        raise ValueError(f"npy header for shape {shape} is longer than {room} bytes")
+    text = body.ljust(room) + "\n"
+    return b"\x93NUMPY\x01\x00" + len(text).to_bytes(2, "little") + text.encode("latin1")
+
+
 class NpyWriter:
-    """Write a ``.npy`` file of a known shape piece by piece along its first axis (header first, then the rows as
-    they come), so an array larger than memory never exists whole. `close` checks that every row came.
+    """Write a ``.npy`` file piece by piece along its first axis (header first, then the rows as they come), so
+    an array larger than memory never exists whole. With ``shape[0]`` None the length is what was written (the
+    header is rewritten at `close`); otherwise `close` checks that every row came.
 
     Example::
 
@@ -118,13 +133,12 @@ class NpyWriter:
                 w.write(chunk)
     """
 
-    def __init__(self, path: str | os.PathLike, dtype, shape: tuple[int, ...]):
+    def __init__(self, path: str | os.PathLike, dtype, shape: tuple[int | None, ...]):
         self.path = Path(path)
         self.dtype = np.dtype(dtype)
-        self.shape = tuple(int(s) for s in shape)
+        self.shape = tuple(None if s is None else int(s) for s in shape)
         self._file = open(self.path, "wb")
-        header = {"descr": np.lib.format.dtype_to_descr(self.dtype), "fortran_order": False, "shape": self.shape}
-        np.lib.format.write_array_header_1_0(self._file, header)
+        self._file.write(_header(self.dtype, (2**62,) + self.shape[1:] if self.shape[0] is None else self.shape))
         self.rows_written = 0
 
     def write(self, rows: np.ndarray) -> None:
@@ -132,12 +146,16 @@ class NpyWriter:
         if rows.ndim == 0 or rows.shape[1:] != self.shape[1:]:
             raise ValueError(f"{self.path}: rows of shape {rows.shape[1:]} for an array of shape {self.shape}")
         n = rows.shape[0]
-        if self.rows_written + n > self.shape[0]:
+        if self.shape[0] is not None and self.rows_written + n > self.shape[0]:
             raise ValueError(f"{self.path}: {self.rows_written + n:,} rows written, the array has {self.shape[0]:,}")
-        rows.tofile(self._file)
+        self._file.write(rows.data)  # through the file's buffer: many small writes stay cheap
         self.rows_written += n
 
     def close(self) -> Path:
+        if self.shape[0] is None:
+            self._file.seek(0)
+            self._file.write(_header(self.dtype, (self.rows_written,) + self.shape[1:]))
+            self.shape = (self.rows_written,) + self.shape[1:]
         self._file.close()
         if self.rows_written != self.shape[0]:
             raise ValueError(f"{self.path}: {self.rows_written:,} of {self.shape[0]:,} rows written")

@@ -11,7 +11,7 @@ import resource
 import sys
 from pathlib import Path
 
-__all__ = ["peak_rss_bytes", "reset_peak_rss", "available_bytes", "format_bytes"]
+__all__ = ["peak_rss_bytes", "current_rss_bytes", "reset_peak_rss", "available_bytes", "format_bytes", "parse_bytes"]
 
 _STATUS = Path("/proc/self/status")
 _CLEAR_REFS = Path("/proc/self/clear_refs")
@@ -28,6 +28,17 @@ def peak_rss_bytes() -> int:
         pass
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return int(peak) if sys.platform == "darwin" else int(peak) * 1024  # macOS: bytes, Linux: KiB
+
+
+def current_rss_bytes() -> int:
+    """Resident set size of this process now (``VmRSS``), in bytes; the peak where /proc is missing."""
+    try:
+        for line in _STATUS.read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return peak_rss_bytes()
 
 
 def reset_peak_rss() -> bool:
@@ -63,3 +74,31 @@ def format_bytes(n: float) -> str:
             return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
         value /= 1024
     return f"{value:.1f} TiB"
+
+
+_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kib": 1 << 10, "kb": 10**3, "m": 1 << 20, "mib": 1 << 20, "mb": 10**6,
+          "g": 1 << 30, "gib": 1 << 30, "gb": 10**9, "t": 1 << 40, "tib": 1 << 40, "tb": 10**12}
+
+
+def parse_bytes(text: str | int) -> int:
+    """``"2GiB"`` -> 2147483648. Binary units (``K``, ``KiB``, ``M``, ``MiB``, ``G``, ``GiB``, ``T``, ``TiB``),
+    decimal ones (``KB``, ``MB``, ``GB``, ``TB``), or plain bytes; case and a space before the unit do not matter.
+
+    Raises:
+        ValueError: not a non-negative number with one of those units.
+    """
+    if isinstance(text, (int,)) and not isinstance(text, bool):
+        value, unit = float(text), ""
+    else:
+        s = str(text).strip().lower().replace(" ", "").replace("_", "")
+        i = len(s)
+        while i and s[i - 1].isalpha():
+            i -= 1
+        number, unit = s[:i], s[i:]
+        try:
+            value = float(number)
+        except ValueError:
+            value = float("nan")
+    if unit not in _UNITS or not value >= 0 or value == float("inf"):
+        raise ValueError(f"expected a size such as 2GiB, 512MiB or 3000000000 (bytes), got {text!r}")
+    return int(value * _UNITS[unit])

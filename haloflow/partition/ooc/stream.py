@@ -1,0 +1,109 @@
+"""Pass 3: the assignment, streamed over the on-disk CSR in vertex order, as ``partition_graph`` computes it.
+
+::
+
+    fennel   pass 1..P: for each block of rows read from indices.npy (sequentially, pages released behind):
+                 FennelStream.place_rows(block)       the per-vertex step the in-memory Fennel takes, in the
+                                                      same order (ids 0..N-1) with the same cap and alpha
+    random   random_partition(N, K, seed)             the same seeded permutation
+    then     the balance check of ``partition_graph``: the same weights, caps and goals; when the assignment
+             already meets them (always for nodes alone: Fennel's hard cap is the cap) nothing moves, as in
+             memory. Otherwise ``rebalance`` runs over the CSR memory-mapped (its pages count as resident while
+             it runs; a warning says so).
+
+Only ``fennel_order="natural"`` and ``fennel_start="stream"`` can stream; ``"auto"`` resolves to them here.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+
+from haloflow.errors import ConfigError
+from haloflow.partition.api import PartitionConfig
+from haloflow.partition.balance import balance_caps, balance_goals, balance_weights, is_balanced, part_loads, rebalance
+from haloflow.partition.fennel import FennelStream
+from haloflow.partition.ooc.budget import MemoryPlan
+from haloflow.partition.ooc.disk_csr import DiskCSR
+from haloflow.partition.random import random_partition
+from haloflow.partition.types import Assignment
+from haloflow.utils.progress import progress_bar
+
+__all__ = ["STREAMABLE_METHODS", "streamable_config", "stream_partition"]
+
+log = logging.getLogger(__name__)
+
+STREAMABLE_METHODS = ("fennel", "random")
+
+
+def streamable_config(config: PartitionConfig) -> PartitionConfig:
+    """``config`` with its "auto" choices resolved to what streams; raises ``ConfigError`` for what cannot."""
+    from dataclasses import replace
+
+    if config.method not in STREAMABLE_METHODS:
+        raise ConfigError(f"--memory-budget streams the graph, and method {config.method!r} needs it whole in memory: "
+                          f"expected --method {' or '.join(STREAMABLE_METHODS)} (or no --memory-budget)")
+    if config.method == "fennel":
+        if config.fennel_start == "bisect":
+            raise ConfigError("PartitionConfig.fennel_start='bisect' needs the whole graph in memory; with "
+                              "--memory-budget expected stream (or auto)")
+        if config.fennel_order == "bfs":
+            raise ConfigError("PartitionConfig.fennel_order='bfs' visits rows in random order; with --memory-budget "
+                              "expected natural (or auto), which reads the on-disk CSR sequentially")
+    return replace(config, fennel_start="stream" if config.fennel_start == "auto" else config.fennel_start,
+                   fennel_order="natural" if config.fennel_order == "auto" else config.fennel_order)
+
+
+def _fennel(csr: DiskCSR, config: PartitionConfig, plan: MemoryPlan, progress: bool) -> np.ndarray:
+    stream = FennelStream(csr.num_nodes, csr.num_edges, config.num_parts, imbalance=config.imbalance,
+                          seed=config.seed, parts_dtype=np.int32)
+    with progress_bar(total=config.passes * csr.num_nodes, desc="fennel", unit="node", enabled=progress) as bar:
+        for p in range(config.passes):
+            for first, indptr, indices in csr.blocks(plan.block_entries, plan.block_rows):
+                stream.place_rows(indptr, indices, first, restream=p > 0)
+                bar.update(indptr.shape[0] - 1)
+            log.info("fennel pass %d/%d done; part sizes %s", p + 1, config.passes, stream.sizes.tolist())
+    return stream.parts
+
+
+def stream_partition(csr: DiskCSR, config: PartitionConfig, plan: MemoryPlan, *,
+                     train_mask: np.ndarray | None = None, progress: bool = False) -> Assignment:
+    """The assignment of ``partition_graph(graph, config)`` for the graph of ``csr`` (module docstring).
+
+    Returns an ``Assignment`` whose ``parts`` is int32 (N,) (half of int64's memory; the same values).
+    """
+    n, k = csr.num_nodes, config.num_parts
+    if n == 0:
+        raise ConfigError("cannot partition an empty graph (0 nodes): expected at least num_parts nodes")
+    if k > n:
+        raise ConfigError(f"PartitionConfig.num_parts={k} exceeds the graph's {n} nodes: expected 1 <= num_parts <= "
+                          f"{n}")
+    if "train" in config.balance and train_mask is None:
+        raise ConfigError('PartitionConfig.balance includes "train" but the input has no train_mask')
+    if k == 1:
+        parts = np.zeros(n, dtype=np.int32)
+    elif config.method == "fennel":
+        parts = _fennel(csr, config, plan, progress)
+    else:
+        parts = random_partition(n, k, seed=config.seed).astype(np.int32)
+    # balance_weights reads in-degrees only for "edges"; otherwise a zero-byte stand-in gives it N
+    in_degree = csr.in_degree() if "edges" in config.balance else np.broadcast_to(np.int64(0), (n,))
+    weights = balance_weights(in_degree, config.balance, train_mask)  # (N, W)
+    del in_degree
+    caps = balance_caps(weights, k, config.imbalance)
+    goals = balance_goals(weights, k, config.imbalance)
+    # rebalance() returns the assignment unchanged when it meets the goals it aims at first (where they are
+    # stricter than the caps) or else the caps; only otherwise does it read the adjacency.
+    first_aim = np.minimum(goals, caps) if np.any(goals < caps) else caps
+    if not is_balanced(parts, weights, first_aim, k):
+        log.warning("the assignment is over a balance cap; rebalancing reads the CSR through a memory map (its "
+                    "pages count as resident while it runs)")
+        indptr = np.load(csr.indptr_path, mmap_mode="r")
+        indices = np.load(csr.indices_path, mmap_mode="r")
+        parts = rebalance(indptr, indices, parts, weights, caps, k, goals=goals).astype(np.int32)
+        del indptr, indices
+    log.info("partitioned %d nodes into %d parts with %s (out of core); largest/cap per weight %s", n, k,
+             config.method,
+             {b: f"{int(l)}/{int(c)}" for b, l, c in zip(config.balance, part_loads(parts, weights, k).max(0), caps)})
+    return Assignment(parts=parts, num_parts=k, method=config.method, seed=config.seed)
