@@ -8,7 +8,9 @@ edges), the edge cut, the balance, wall time and peak memory.
 from __future__ import annotations
 
 import argparse
+import signal
 import time
+from contextlib import contextmanager
 
 from haloflow.cli import name_flags
 from haloflow.data.paths import check_output_parent
@@ -19,6 +21,7 @@ from haloflow.partition.fennel import FENNEL_PASSES, FENNEL_STARTS
 from haloflow.partition.format import check_output_dir
 from haloflow.cli.reader_args import READER_FLAGS, add_reader_arguments, reader_options
 from haloflow.partition.pipeline import partition_dataset, read_input
+from haloflow.utils.memory import parse_bytes
 
 __all__ = ["register", "run"]
 
@@ -36,7 +39,8 @@ def register(subparsers) -> None:
         description="Partition a graph data set into K parts (METIS, Fennel or random), build each part's halo and "
         "send lists, and write DIR/meta.json plus DIR/part-<k>/*.npy. Prints per-part statistics.",
     )
-    p.add_argument("input", metavar="INPUT", help="graph file (SNAP edge list, PACE .gr) or folder (OGB, Planetoid)")
+    p.add_argument("input", metavar="INPUT", help="graph file (SNAP edge list, PACE .gr, METIS .graph, .npy edges, "
+                   ".parquet) or folder (OGB, Planetoid, Parquet files, an arrays folder of .npy edges and node data)")
     p.add_argument("--format", choices=FORMATS, default="auto", help="input format (default: detect)")
     add_reader_arguments(p)
     p.add_argument("--parts", type=int, required=True, metavar="K", help="number of parts, 1 <= K <= nodes")
@@ -67,18 +71,28 @@ def register(subparsers) -> None:
         help="add every reverse edge before partitioning (default: on, because GCN training expects an undirected "
         "graph; --no-symmetrize keeps a directed graph exactly as read)",
     )
+    g = p.add_argument_group("graphs larger than memory")
+    g.add_argument(
+        "--memory-budget", default=None, metavar="SIZE",
+        help="partition out of core within SIZE of memory for the whole process (e.g. 2GiB, 512MiB): the edges are "
+        "read in chunks, bucket-sorted into a CSR on disk and streamed (fennel or random), so memory is O(nodes); the "
+        "folder equals the in-memory run's. Inputs: snap, npy, parquet, metis, arrays (default: in memory)",
+    )
+    g.add_argument("--tmp-dir", default=None, metavar="DIR",
+                   help="with --memory-budget: where the temporary files go (default: the folder --out is in); "
+                   "they are removed at the end, also on failure or Ctrl-C")
     p.add_argument("--out", required=True, metavar="DIR", help="partition folder to write (must not exist)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing partition folder DIR")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.memory_budget is not None:
+        return _run_out_of_core(args)
+    if args.tmp_dir is not None:
+        raise ConfigError("--tmp-dir is where --memory-budget puts its temporary files; expected --memory-budget too")
     try:
-        config = PartitionConfig(
-            num_parts=args.parts, method=args.method, balance=tuple(w.strip() for w in args.balance.split(",")),
-            imbalance=args.imbalance, seed=args.seed, fennel_start=args.fennel_start, fennel_order=args.fennel_order,
-            passes=args.passes,
-        )
+        config = _config(args)
         check_output_parent(args.out)  # fail before reading a large input
         check_output_dir(args.out, args.overwrite)
         t = time.perf_counter()
@@ -89,5 +103,58 @@ def run(args: argparse.Namespace) -> int:
         raise name_flags(err, _FLAGS) from None
     print(f"{dataset.name}: {dataset.num_nodes:,} nodes, {dataset.graph.describe_edges()} (read in {read_s:.2f} s) "
           f"-> {config.num_parts} parts ({config.method}, seed {config.seed})")
+    print(summary.report())
+    return 0
+
+
+def _config(args: argparse.Namespace) -> PartitionConfig:
+    return PartitionConfig(
+        num_parts=args.parts, method=args.method, balance=tuple(w.strip() for w in args.balance.split(",")),
+        imbalance=args.imbalance, seed=args.seed, fennel_start=args.fennel_start, fennel_order=args.fennel_order,
+        passes=args.passes,
+    )
+
+
+@contextmanager
+def _terminate_as_interrupt():
+    """SIGTERM (a scheduler's or ``kill``'s stop) unwinds like Ctrl-C, so the temporary files are removed."""
+    def stop(signum, frame):
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGTERM, stop)
+    except ValueError:  # not the main thread: leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _run_out_of_core(args: argparse.Namespace) -> int:
+    from haloflow.data.edge_source import open_streamed
+    from haloflow.partition.ooc import OutOfCoreConfig, partition_out_of_core
+
+    try:
+        try:
+            budget = parse_bytes(args.memory_budget)
+        except ValueError as err:
+            raise ConfigError(f"--memory-budget: {err}") from None
+        config = _config(args)
+        ooc = OutOfCoreConfig(memory_budget=budget, tmp_dir=args.tmp_dir)
+        check_output_parent(args.out)
+        check_output_parent(args.tmp_dir, "--tmp-dir")
+        check_output_dir(args.out, args.overwrite)
+        source, nodes = open_streamed(args.input, args.format, **reader_options(args))
+        with _terminate_as_interrupt():
+            summary = partition_out_of_core(source, config, ooc, args.out, nodes=nodes, symmetrize=args.symmetrize,
+                                            overwrite=args.overwrite, progress=True)
+    except ConfigError as err:
+        raise name_flags(err, _FLAGS) from None
+    config = summary.meta.config
+    print(f"{source.name}: {summary.num_nodes:,} nodes, {summary.num_entries:,} directed entries "
+          f"(read {summary.stage_times['count'] + summary.stage_times['bucket sort']:.2f} s, out of core) -> "
+          f"{config['num_parts']} parts ({config['method']}, seed {config['seed']})")
     print(summary.report())
     return 0

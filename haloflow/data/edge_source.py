@@ -33,7 +33,8 @@ import numpy as np
 from haloflow.data.graph import CSRGraph, check_node_count, max_plausible_nodes
 from haloflow.errors import ConfigError, InputFormatError
 
-__all__ = ["EdgeSource", "SnapEdges", "read_edges", "open_edge_source", "STREAMED_FORMATS", "check_ids"]
+__all__ = ["EdgeSource", "SnapEdges", "read_edges", "open_edge_source", "open_streamed", "STREAMED_FORMATS",
+           "check_ids"]
 
 log = logging.getLogger(__name__)
 
@@ -243,3 +244,19 @@ def open_edge_source(path: str | os.PathLike, format: str = "auto", **options) -
     from haloflow.data.metis_graph import MetisEdges
 
     return MetisEdges(path, **options)
+
+
+def open_streamed(path: str | os.PathLike, format: str = "auto", **options):
+    """``(EdgeSource, NodeArrays | None)`` for ``path``: an ``arrays`` folder's node data comes with its edges;
+    every other format has none. Options as `open_edge_source`."""
+    from haloflow.data.readers import detect_format
+
+    if (detect_format(Path(path)) if format == "auto" else format) == "arrays":
+        from haloflow.data.graph_folder import GraphFolder
+
+        unknown = sorted(k for k, v in options.items() if v is not None and k not in ("num_nodes", "progress"))
+        if unknown:
+            raise ConfigError(f"format 'arrays' takes no option {unknown[0]!r}: expected num_nodes")
+        folder = GraphFolder(path, num_nodes=options.get("num_nodes"))
+        return folder.edges, folder.nodes
+    return open_edge_source(path, format, **options), None

@@ -58,7 +58,8 @@ class OutOfCoreSummary(PartitionSummary):
         return "\n".join([
             super().report(),
             f"memory budget: {format_bytes(self.memory_budget)} ({self.plan})",
-            f"temporary files: {format_bytes(self.temp_peak_bytes)} at most ({self.num_buckets} buckets), removed",
+            f"temporary files: {format_bytes(self.temp_peak_bytes)} at most ({self.num_buckets} bucket"
+            f"{'s' if self.num_buckets != 1 else ''}), removed",
         ])
 
 
