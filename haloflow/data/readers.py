@@ -9,6 +9,10 @@ SNAP edge list (``.txt``, ``.txt.gz``, ``.txt.xz``; 0-based unless ``one_based``
     0 2 1217567877                                  <- up to 2 more fields (weight, time): read past, ignored
                                                        (the first edge line fixes the count for the file)
 
+A header of another shape (JuliaGraphs ``.jlg``: ``n,m,directed,name,...``, then 1-based ``u,v`` lines) is not
+guessed at: ``skip_lines`` (``--skip-lines``) skips the file's first lines, and a first line that breaks the
+shape of the next says so in its error.
+
 Node ids must lie below ``2 E + 1024`` (E edge lines) unless ``num_nodes`` says how many there are: E edges
 touch at most 2E nodes, so a larger id means mostly isolated nodes -- usually a stray id or raw external ids --
 and would otherwise allocate memory for all of them.
@@ -20,7 +24,12 @@ PACE / DIMACS ``.gr`` (also ``.gr.xz`` / ``.gr.gz``; 1-based; undirected, each e
     1 2                                             <- u v              (PACE)
     a 2 3 7                                         <- a u v [weight]   (DIMACS 9; the weight is ignored)
 
-Both are scanned by :mod:`haloflow.data.textscan` (vectorised, line numbers in every error).
+Both are scanned by :mod:`haloflow.data.textscan` (vectorised, line numbers in every error). Matrix Market
+``.mtx`` files are read by :mod:`haloflow.data.matrix_market` (``scipy.io.mmread``).
+
+A pipe, a FIFO or ``/dev/stdin`` (``printf '0 1\n' | haloflow partition /dev/stdin``) can be read only once: it is
+opened once (``textscan.PipeInput``), its format told from its name and first bytes, and read as one stream; the
+text formats (SNAP, PACE, Matrix Market) can come that way, the others are refused with one line.
 """
 
 from __future__ import annotations
@@ -33,30 +42,35 @@ from pathlib import Path
 import numpy as np
 
 from haloflow.data.graph import CSRGraph, GraphDataset, check_node_count, max_plausible_nodes
-from haloflow.data.textscan import TokenBlock, first_problem, iter_token_blocks, read_head, scan_int_rows
+from haloflow.data.matrix_market import BANNER, read_matrix_market
+from haloflow.data.textscan import (PipeInput, TokenBlock, first_problem, is_pipe, iter_token_blocks, read_head,
+                                    scan_int_rows)
 from haloflow.errors import ConfigError, InputFormatError
 
 __all__ = ["read_snap", "read_pace", "PaceHeader", "read_dataset", "detect_format", "planetoid_sets", "FORMATS"]
 
 log = logging.getLogger(__name__)
 
-FORMATS = ("auto", "snap", "pace", "ogb", "planetoid", "npy", "parquet", "metis", "arrays")
-_OPTIONS = {"snap": ("num_nodes", "one_based"), "pace": (), "ogb": ("split", "symmetrize"), "planetoid": ("name",),
-            "npy": ("num_nodes",), "parquet": ("num_nodes",), "metis": (), "arrays": ("num_nodes",)}
+FORMATS = ("auto", "snap", "pace", "ogb", "planetoid", "mtx", "npy", "parquet", "metis", "arrays")
+_OPTIONS = {"snap": ("num_nodes", "one_based", "skip_lines"), "pace": (), "mtx": (), "ogb": ("split", "symmetrize"),
+            "planetoid": ("name",), "npy": ("num_nodes",), "parquet": ("num_nodes",), "metis": (),
+            "arrays": ("num_nodes",)}
 # Formats for graphs larger than memory (binary_edges.py, metis_graph.py, graph_folder.py): suffix -> format.
 _BIG_SUFFIXES = {".npy": "npy", ".parquet": "parquet", ".graph": "metis", ".metis": "metis"}
 _MAX_FIELDS = 4  # src dst [weight] [time], as SNAP's and KONECT's edge lists have them
 
 
 # --------------------------------------------------------------------------------------------- SNAP
-def read_snap(path: str | os.PathLike, *, num_nodes: int | None = None, one_based: bool = False) -> CSRGraph:
+def read_snap(path: str | os.PathLike | PipeInput, *, num_nodes: int | None = None, one_based: bool = False,
+              skip_lines: int = 0) -> CSRGraph:
     """Read a SNAP edge list as a directed graph; self-loops and duplicate edges are kept.
 
     Args:
-        path: plain, gzip or xz text (recognised by the magic bytes).
+        path: plain, gzip or xz text (recognised by the magic bytes), or a pipe opened as a ``PipeInput``.
         num_nodes: N when known (ids must be < N, or <= N when ``one_based``); by default ``max id + 1``, and then
             ids must be < 2 E + 1024 (see the module docstring).
         one_based: the file numbers nodes from 1 (as KONECT and some SNAP copies do); id k becomes node k - 1.
+        skip_lines: the file's first lines are not read, whatever they hold (a header of another shape).
 
     Raises:
         InputFormatError: a malformed line (file and 1-based line in the message), an implausibly large id, or
@@ -64,8 +78,11 @@ def read_snap(path: str | os.PathLike, *, num_nodes: int | None = None, one_base
     """
     if num_nodes is not None and num_nodes < 0:
         raise ConfigError(f"num_nodes must be >= 0, got {num_nodes}")
+    if skip_lines < 0:
+        raise ConfigError(f"skip_lines must be >= 0, got {skip_lines}")
     shift = int(one_based)
-    kw = dict(comment="#%", columns="src dst", what="node id", lower=shift, header=True, max_fields=_MAX_FIELDS)
+    kw = dict(comment="#%", columns="src dst", what="node id", lower=shift, header=True, max_fields=_MAX_FIELDS,
+              skip_lines=skip_lines, skip_hint="skip_lines={line} (--skip-lines {line})")
     if one_based:
         kw["range_hint"] = "the file is read as 1-based (one_based=True, --one-based)"
     scan = scan_int_rows(path, 2, upper=None if num_nodes is None else num_nodes + shift, **kw)
@@ -79,6 +96,8 @@ def read_snap(path: str | os.PathLike, *, num_nodes: int | None = None, one_base
         check_node_count(num_nodes, path)
         log.warning("%s: num_nodes = %s for %s edge lines: at least %s nodes will have no edges", path,
                     f"{num_nodes:,}", f"{edges.shape[0]:,}", f"{num_nodes - 2 * edges.shape[0]:,}")
+    if skip_lines:
+        log.info("%s: skipped the first %d line%s (skip_lines)", path, skip_lines, "s" if skip_lines > 1 else "")
     if scan.header is not None:
         log.info("%s: skipped the header line %d (%s)", path, scan.header_line, " ".join(scan.header))
     if scan.ignored:
@@ -100,8 +119,9 @@ def _raise_implausible_id(path, kw: dict, upper: int, num_edges: int) -> None:
     hint = (f"without num_nodes, ids must be < 2 x {num_edges:,} edge lines + 1,024, since a larger id would make "
             f"a graph of mostly isolated nodes; pass num_nodes=N (--num-nodes N) if the graph really has that many "
             f"nodes, or renumber the ids to 0..n-1")
-    scan_int_rows(path, 2, **{**kw, "upper": upper, "range_hint": hint})
-    raise InputFormatError(path, f"a node id is >= {upper:,}: {hint}")  # the file changed between the two scans
+    if not isinstance(path, PipeInput):  # a pipe cannot be read again: its message names no line
+        scan_int_rows(path, 2, **{**kw, "upper": upper, "range_hint": hint})
+    raise InputFormatError(path, f"a node id is >= {upper:,}: {hint}")  # (or the file changed between the scans)
 
 
 # --------------------------------------------------------------------------------------------- PACE / DIMACS
@@ -118,7 +138,7 @@ class PaceHeader:
 _C, _P, _A = ord("c"), ord("p"), ord("a")
 
 
-def read_pace(path: str | os.PathLike) -> CSRGraph:
+def read_pace(path: str | os.PathLike | PipeInput) -> CSRGraph:
     """Read a PACE (``u v``) or DIMACS 9 (``a u v [w]``) ``.gr`` file as a symmetric graph.
 
     Ids become 0-based; every edge is stored in both directions once (duplicates merged), so a DIMACS file that
@@ -234,7 +254,8 @@ def _pace_edges(tb: TokenBlock, body: np.ndarray, n: int) -> tuple[np.ndarray, n
 
 # --------------------------------------------------------------------------------------------- dispatcher
 def detect_format(path: str | os.PathLike) -> str:
-    """Guess the format of ``path``: ``ogb``, ``planetoid``, ``pace`` or ``snap`` (see :func:`read_dataset`)."""
+    """Guess the format of ``path``: ``ogb``, ``planetoid``, ``pace``, ``mtx`` or ``snap`` (see
+    :func:`read_dataset`)."""
     path = Path(path)
     if path.is_dir():
         if (path / "raw").is_dir():
@@ -253,11 +274,17 @@ def detect_format(path: str | os.PathLike) -> str:
     if not path.exists():
         raise FileNotFoundError(f"{path} does not exist")
     name = path.name.lower()
-    if name.endswith((".gr", ".gr.xz", ".gr.gz", ".gr.bz2")):
-        return "pace"
     if Path(name).suffix in _BIG_SUFFIXES:
         return _BIG_SUFFIXES[Path(name).suffix]
-    head = read_head(path, 4096)
+    return _text_format(name, read_head(path, 4096))
+
+
+def _text_format(name: str, head: bytes) -> str:
+    """``pace``, ``mtx`` or ``snap`` for a text file named ``name`` (lower case) that begins with ``head``."""
+    if name.endswith((".gr", ".gr.xz", ".gr.gz", ".gr.bz2")):
+        return "pace"
+    if name.endswith((".mtx", ".mtx.gz", ".mtx.xz", ".mtx.bz2")) or head[:len(BANNER)].lower() == BANNER:
+        return "mtx"  # read as Matrix Market, or refused by its reader: never as an edge list
     for line in head.splitlines():
         token = line.strip()[:2]
         if not token:
@@ -304,12 +331,14 @@ def read_dataset(path: str | os.PathLike, format: str = "auto", **kw) -> GraphDa
     """Read a graph data set in any supported format.
 
     Args:
-        path: a file (SNAP, PACE/DIMACS) or a folder (OGB node-property, Planetoid).
-        format: one of ``auto``, ``snap``, ``pace``, ``ogb``, ``planetoid``. ``auto``: a folder with ``raw/`` is
-            OGB, a folder with ``ind.*.x`` is Planetoid, a ``.gr``/``.gr.xz`` file or one whose first
-            non-comment line is a ``p`` header is PACE, anything else SNAP.
-        **kw: passed to the reader (``num_nodes`` and ``one_based`` for SNAP, ``split`` for OGB, ``name`` for a
-            Planetoid folder holding several sets).
+        path: a file (SNAP, PACE/DIMACS, Matrix Market), a pipe or FIFO holding one of those three, or a folder
+            (OGB node-property, Planetoid).
+        format: one of ``auto``, ``snap``, ``pace``, ``mtx``, ``ogb``, ``planetoid``. ``auto``: a folder with
+            ``raw/`` is OGB, a folder with ``ind.*.x`` is Planetoid, a ``.gr``/``.gr.xz`` file or one whose first
+            non-comment line is a ``p`` header is PACE, a ``.mtx`` file or one that starts ``%%MatrixMarket`` is
+            Matrix Market, anything else SNAP.
+        **kw: passed to the reader (``num_nodes``, ``one_based`` and ``skip_lines`` for SNAP, ``split`` for OGB,
+            ``name`` for a Planetoid folder holding several sets).
 
     Raises:
         ConfigError: unknown format (the message lists the valid ones).
@@ -317,19 +346,20 @@ def read_dataset(path: str | os.PathLike, format: str = "auto", **kw) -> GraphDa
     if format not in FORMATS:
         raise ConfigError(f"unknown graph format {format!r}: expected one of {', '.join(FORMATS)}")
     path = Path(path)
+    if is_pipe(path):  # it can be read once only: opened once, and read as one stream
+        with PipeInput(path) as pipe:
+            return _read_pipe(pipe, format, kw)
     if format == "auto":
         format = detect_format(path)
         log.info("%s: detected format %s", path, format)
-    unknown = sorted(set(kw) - set(_OPTIONS[format]))
-    if unknown:
-        raise ConfigError(
-            f"format {format!r} takes no option {unknown[0]!r}: expected {' or '.join(_OPTIONS[format]) or 'none'}"
-        )
+    _check_options(format, kw)
     stem = path.name.split(".")[0] or path.name
     if format == "snap":
         return GraphDataset(read_snap(path, **kw), name=stem)
     if format == "pace":
         return GraphDataset(read_pace(path, **kw), name=stem)
+    if format == "mtx":
+        return GraphDataset(read_matrix_market(path, **kw), name=stem)
     if format in ("npy", "parquet", "metis", "arrays"):
         return _read_big_format(path, format, stem, kw)
     if format == "ogb":
@@ -339,3 +369,26 @@ def read_dataset(path: str | os.PathLike, format: str = "auto", **kw) -> GraphDa
     from haloflow.data.planetoid import read_planetoid
 
     return read_planetoid(path, name=_planetoid_name(path, kw.get("name")))
+
+
+def _check_options(format: str, kw: dict) -> None:
+    unknown = sorted(set(kw) - set(_OPTIONS[format]))
+    if unknown:
+        raise ConfigError(
+            f"format {format!r} takes no option {unknown[0]!r}: expected {' or '.join(_OPTIONS[format]) or 'none'}"
+        )
+
+
+_PIPE_READERS = {"snap": read_snap, "pace": read_pace, "mtx": read_matrix_market}  # read front to back, once
+
+
+def _read_pipe(pipe: PipeInput, format: str, kw: dict) -> GraphDataset:
+    """A pipe's data set: its format told from its name and first bytes; only a text format can come this way."""
+    if format == "auto":
+        format = _text_format(pipe.path.name.lower(), pipe.peek(4096))
+        log.info("%s: detected format %s", pipe, format)
+    if format not in _PIPE_READERS:
+        raise ConfigError(f"{pipe} is a pipe, which can be read only once, front to back: format {format!r} cannot "
+                          f"be read from one (expected {', '.join(_PIPE_READERS)}); save it to a file first")
+    _check_options(format, kw)
+    return GraphDataset(_PIPE_READERS[format](pipe, **kw), name=pipe.path.name.split(".")[0] or "stdin")

@@ -25,14 +25,27 @@ or time column)::
     1,2,-1                          first num_columns fields are parsed, the rest are never looked at
 
 A truncated or corrupt compressed file raises ``InputFormatError`` naming it, not the codec's EOFError.
+
+A regular file is opened again by every step that looks at it (its magic bytes, its first lines, then all of
+it). A pipe, a FIFO or ``/dev/stdin`` would lose to each step what the last one read (and a FIFO would wait for
+a second writer), so ``PipeInput`` opens it once, and every function here takes it in place of a path::
+
+    the pipe      1f 8b 08 00 ...................................    read front to back, once
+                  |magic| -> codec (gzip, xz, bz2 or none)
+    PipeInput     "% comment\n0 1\n1 2\n ..."                      the decompressed text
+                  |<- head: first 64 KiB, kept ->|<- the rest ->|
+    peek(n)       the head's first n bytes, nothing consumed       (format detection, read_head)
+    read()        the head, then the rest                          (iter_token_blocks, scipy.io.mmread)
 """
 
 from __future__ import annotations
 
 import bz2
 import gzip
+import io
 import lzma
 import os
+import stat
 import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -48,6 +61,8 @@ from haloflow.utils.progress import progress_bar
 
 __all__ = [
     "open_decompressed",
+    "is_pipe",
+    "PipeInput",
     "codec_errors",
     "read_head",
     "TokenBlock",
@@ -92,6 +107,96 @@ def open_decompressed(path: str | os.PathLike) -> BinaryIO:
     return open(path, "rb") if cls is None else cls(path, "rb")
 
 
+def _open_codec(cls, raw: BinaryIO) -> BinaryIO:
+    """``cls`` (a codec's file class, or None) reading the open file ``raw``."""
+    if cls is None:
+        return raw
+    return cls(fileobj=raw, mode="rb") if cls is gzip.GzipFile else cls(raw, "rb")  # LZMA-, BZ2File: no fileobj=
+
+
+def is_pipe(path: str | os.PathLike) -> bool:
+    """``path`` is neither a regular file nor a folder, so that it can be read only once: a FIFO, ``/dev/stdin``
+    (a pipe or a terminal), a socket. False for a missing path (the reader's FileNotFoundError says so)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return stat.S_ISFIFO(mode) or stat.S_ISCHR(mode) or stat.S_ISSOCK(mode)
+
+
+class _Prefixed(io.RawIOBase):
+    """The bytes ``prefix``, then the rest of ``stream``: what was already read from a pipe, handed back."""
+
+    def __init__(self, prefix: bytes, stream: BinaryIO):
+        super().__init__()
+        self._prefix, self._stream = memoryview(prefix), stream
+        self.bytes_read = 0  # for a progress bar: a pipe has no size and no tell()
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        if self._prefix:
+            n = min(len(b), len(self._prefix))
+            b[:n], self._prefix = self._prefix[:n], self._prefix[n:]
+        else:
+            data = self._stream.read(len(b))
+            n = len(data)
+            b[:n] = data
+        self.bytes_read += n
+        return n
+
+
+def _read_up_to(f: BinaryIO, size: int) -> bytes:
+    """``size`` bytes of ``f``, fewer only at its end (a pipe's read returns what its writer has written so far)."""
+    parts, got = [], 0
+    while got < size and (data := f.read(size - got)):
+        parts.append(data)
+        got += len(data)
+    return b"".join(parts)
+
+
+class PipeInput(_Prefixed):
+    """A pipe, FIFO or ``/dev/stdin`` opened once, decompressed and its head kept (picture in the module
+    docstring); pass it wherever a path goes here. Use it as a context manager (it closes the pipe)."""
+
+    HEAD_BYTES = 64 << 10
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        self._raw = open(self.path, "rb", buffering=0)  # a FIFO's open waits here for its writer
+        magic = _read_up_to(self._raw, 6)
+        self.codec = next((cls for m, cls in _MAGIC if magic.startswith(m)), None)
+        self._text = _open_codec(self.codec, _Prefixed(magic, self._raw))
+        self._head = self._guard(_read_up_to, self._text, self.HEAD_BYTES)
+        super().__init__(self._head, self._text)
+
+    def __str__(self) -> str:
+        return str(self.path)
+
+    def peek(self, size: int = HEAD_BYTES) -> bytes:
+        """The first ``size`` bytes of the text (at most ``HEAD_BYTES``), however much has been read."""
+        return self._head[:size]
+
+    def readinto(self, b) -> int:
+        return self._guard(super().readinto, b)
+
+    def close(self) -> None:
+        if not self.closed:
+            self._text.close()
+            self._raw.close()
+        super().close()
+
+    def _guard(self, read, *args):
+        """``read(*args)``, a cut-off or garbled compressed stream raising ``InputFormatError`` naming the pipe."""
+        try:
+            return read(*args)
+        except _CODEC_ERRORS as err:
+            if self.codec is None:  # plain text: an OSError is the pipe's, not the data's
+                raise
+            raise _corrupt(self.path, self.codec, err) from None
+
+
 def _corrupt(path, cls, err: BaseException, lines_read: int | None = None) -> InputFormatError:
     """The error for a compressed stream that ends early or does not decode."""
     codec = _CODEC_NAMES[cls]
@@ -106,8 +211,9 @@ def _corrupt(path, cls, err: BaseException, lines_read: int | None = None) -> In
 def codec_errors(path: str | os.PathLike) -> Iterator[None]:
     """Inside the block, a cut-off or garbled compressed ``path`` (however it is read: ``open_decompressed``,
     a reader handed the stream) raises ``InputFormatError`` naming it instead of the codec's EOFError or OSError.
-    A plain file's errors pass unchanged (an OSError there is the disk's, not the data's)."""
-    cls = _decompressor(Path(path))
+    A plain file's errors pass unchanged (an OSError there is the disk's, not the data's); a ``PipeInput`` names
+    itself."""
+    cls = None if isinstance(path, PipeInput) else _decompressor(Path(path))
     if cls is None:
         yield
         return
@@ -117,12 +223,15 @@ def codec_errors(path: str | os.PathLike) -> Iterator[None]:
         raise _corrupt(path, cls, err) from None
 
 
-def read_head(path: str | os.PathLike, size: int) -> bytes:
-    """The first ``size`` decompressed bytes of ``path`` (fewer when the file is shorter).
+def read_head(path: str | os.PathLike | PipeInput, size: int) -> bytes:
+    """The first ``size`` decompressed bytes of ``path`` (fewer when the file is shorter; a ``PipeInput`` keeps
+    ``PipeInput.HEAD_BYTES`` of them).
 
     Raises:
         InputFormatError: the compressed stream is truncated or corrupt within those bytes.
     """
+    if isinstance(path, PipeInput):
+        return path.peek(size)
     path = Path(path)
     cls = _decompressor(path)
     if cls is None:
@@ -250,23 +359,25 @@ def _tokenize(path: str, block: bytes, first_line: int) -> TokenBlock:
 
 
 def iter_token_blocks(
-    path: str | os.PathLike, *, block_bytes: int = BLOCK_BYTES, progress: bool = True
+    path: str | os.PathLike | PipeInput, *, block_bytes: int = BLOCK_BYTES, progress: bool = True
 ) -> Iterator[TokenBlock]:
-    """Tokenise a (possibly compressed) text file block by block.
+    """Tokenise a (possibly compressed) text file, or a ``PipeInput`` from where it stands, block by block.
 
-    A progress bar over the bytes of the file on disk is drawn when ``progress`` and stderr is a terminal.
+    A progress bar over the bytes of the file on disk (a pipe's: read so far) is drawn when ``progress`` and
+    stderr is a terminal.
     """
+    if isinstance(path, PipeInput):
+        with progress_bar(desc=f"reading {path.path.name}", unit="B", enabled=progress) as bar:
+            for block, first_line in _iter_blocks(path, block_bytes):  # its codec errors name it already
+                bar.update(path.bytes_read - bar.n)
+                yield _tokenize(str(path), block, first_line)
+        return
     path = Path(path)
     cls = _decompressor(path)
     with open(path, "rb") as raw, progress_bar(
         total=os.path.getsize(path), desc=f"reading {path.name}", unit="B", enabled=progress
     ) as bar:
-        if cls is None:
-            f = raw
-        elif cls is gzip.GzipFile:
-            f = cls(fileobj=raw, mode="rb")
-        else:  # LZMAFile and BZ2File take a file object in place of a name
-            f = cls(raw, "rb")
+        f = _open_codec(cls, raw)
         blocks = _iter_blocks(f, block_bytes)
         lines_read = 0
         while True:
@@ -324,13 +435,15 @@ def scan_int_rows(
     range_hint: str = "",
     header: bool = False,
     max_fields: int | None = None,
+    skip_lines: int = 0,
+    skip_hint: str = "",
     block_bytes: int = BLOCK_BYTES,
 ) -> IntRows:
     """Read a text table whose first ``num_columns`` fields are non-negative integers (layouts in the module
     docstring).
 
     Args:
-        path: plain, gzip, xz or bz2 file.
+        path: plain, gzip, xz or bz2 file, or a ``PipeInput``.
         num_columns: fields parsed on each non-blank, non-comment line.
         comment: lines whose first token starts with any of these characters are skipped (None: no comments).
         columns: how to name the parsed fields in an error message, e.g. ``"src dst"``.
@@ -340,13 +453,19 @@ def scan_int_rows(
         header: skip the first non-comment line when every token on it holds a letter (``src dst``).
         max_fields: lines may hold up to this many fields (default ``num_columns``); the first data line (or the
             header) fixes the count for the whole file, and the fields after ``num_columns`` are not parsed.
+        skip_lines: the file's first lines not read at all, whatever they hold (a header of another shape, as
+            JuliaGraphs' ``n,m,directed,...``); line numbers in errors still count them.
+        skip_hint: how the caller skips lines, with ``{line}`` for a count (``"skip_lines={line}"``): when the
+            first data line is malformed, or the second differs from it in shape, the error ends with
+            "if line L is a header, pass" and this, L being the first data line.
 
     Raises:
         InputFormatError: naming the file and 1-based line of the first malformed line; or a truncated or
             corrupt compressed file.
     """
     scan = IntRowScan(path, num_columns, comment=comment, columns=columns, what=what, lower=lower, upper=upper,
-                      range_hint=range_hint, header=header, max_fields=max_fields, block_bytes=block_bytes)
+                      range_hint=range_hint, header=header, max_fields=max_fields, skip_lines=skip_lines,
+                      skip_hint=skip_hint, block_bytes=block_bytes)
     out = list(scan)
     if not out:
         values = np.zeros((0, num_columns), dtype=np.int64)
@@ -376,9 +495,14 @@ class IntRowScan:
         range_hint: str = "",
         header: bool = False,
         max_fields: int | None = None,
+        skip_lines: int = 0,
+        skip_hint: str = "",
         block_bytes: int = BLOCK_BYTES,
         progress: bool = True,
     ):
+        if skip_lines < 0:
+            raise ValueError(f"skip_lines must be >= 0, got {skip_lines}")
+        self.skip_lines, self.skip_hint = skip_lines, skip_hint
         self.path, self.num_columns, self.columns, self.what = path, num_columns, columns, what
         self.lower, self.upper, self.range_hint, self.header_allowed = lower, upper, range_hint, header
         self.max_fields = num_columns if max_fields is None else max_fields
@@ -400,10 +524,13 @@ class IntRowScan:
         fields = num_columns if max_fields == num_columns and not header else None  # None: the first line decides
         fields_line: int | None = None  # the line that fixed `fields`, when it was not fixed in advance
         names: tuple[str, ...] | None = None
+        rows = 0  # data lines read in earlier blocks
         for tb in iter_token_blocks(self.path, block_bytes=self.block_bytes, progress=self.progress):
             if tb.num_lines == 0:
                 continue
             data = _data_lines(tb, leads)
+            if self.skip_lines:
+                data &= tb.line[tb.line_start] > self.skip_lines
             if fields is None and data.any():
                 j = int(np.argmax(data))
                 fields_line = int(tb.line[tb.line_start[j]])
@@ -454,10 +581,25 @@ class IntRowScan:
                 )
             problem = first_problem(shape_problem, parse_problem, range_problem)
             if problem is not None:
-                raise tb.error(*problem)
+                raise tb.error(problem[0], problem[1] + self._header_hint(tb, data, rows, problem, shape_problem,
+                                                                          fields_line, names))
+            rows += int(np.count_nonzero(data))
             self.num_fields, self.header, self.header_line = fields, names, fields_line
             yield values.reshape(-1, num_columns)
         self.num_fields, self.header, self.header_line = fields, names, fields_line
+
+
+    def _header_hint(self, tb: TokenBlock, data: np.ndarray, rows: int, problem, shape_problem,
+                     fields_line: int | None, names) -> str:
+        """How to skip the first data line, when the problem may be that it is a header of another shape: it is
+        the bad line itself, or the line after it breaks the shape it set."""
+        if not self.skip_hint or fields_line is None or names is not None:
+            return ""
+        lineno = problem[0]
+        before = rows + int(np.count_nonzero(data & (tb.line[tb.line_start] < lineno)))  # good data lines before
+        if lineno != fields_line and not (problem is shape_problem and before == 1):
+            return ""
+        return f"; if line {fields_line} is a header, pass {self.skip_hint.format(line=fields_line)}"
 
 
 def read_int_rows(

@@ -135,3 +135,38 @@ def test_planetoid_name_picks_one_of_several_sets(cli_fails, tmp_path, capsys):
     argv = ["partition", folder, "--parts", 2, "--method", "random", "--name", "cora", "--out", out]
     assert main([str(a) for a in argv]) == 0
     assert load_meta(out).name == "cora"
+
+
+def test_an_edge_list_piped_into_dev_stdin_is_read(tmp_path):
+    # `printf '0 1\n1 2\n' | haloflow partition /dev/stdin ...`: read once, as a stream (the reader used to look
+    # at the first bytes, then open the pipe again and find it empty).
+    import subprocess
+    import sys
+
+    out = tmp_path / "parts"
+    proc = subprocess.run([sys.executable, "-m", "haloflow", "partition", "/dev/stdin", "--parts", "2",
+                           "--method", "random", "--out", str(out)], input=b"0 1\n1 2\n", capture_output=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr.decode()[-2000:]
+    assert proc.stdout.decode().startswith("stdin: 3 nodes, 2 undirected edges")
+    assert load_meta(out).num_nodes == 3
+
+
+def test_matrix_market_and_skip_lines_through_the_cli(cli_fails, tmp_path, capsys):
+    import scipy.io
+    import scipy.sparse as sp
+
+    mtx = tmp_path / "m.mtx"
+    scipy.io.mmwrite(mtx, sp.random(50, 50, density=0.1, random_state=1, format="coo"))
+    out = tmp_path / "parts"
+    assert main(["partition", str(mtx), "--parts", "2", "--method", "random", "--out", str(out)]) == 0
+    assert load_meta(out).num_nodes == 50  # not 51: the size line "50 50 250" is no edge
+    jlg = tmp_path / "path.jlg"
+    jlg.write_text("4,3,u,graph,Int64,simplegraph\n1,2\n2,3\n3,4\n")
+    cli_fails(["partition", jlg, "--parts", 2, "--out", tmp_path / "j"], "path.jlg:1: expected 2 to 4 fields",
+              "if line 1 is a header, pass skip_lines=1 (--skip-lines 1)")
+    assert main(["partition", str(jlg), "--parts", "2", "--method", "random", "--skip-lines", "1", "--one-based",
+                 "--out", str(tmp_path / "j")]) == 0
+    assert load_meta(tmp_path / "j").num_nodes == 4
+    cli_fails(["partition", mtx, "--parts", 2, "--skip-lines", 1, "--out", tmp_path / "k"],
+              "format 'mtx' takes no option --skip-lines: expected none")

@@ -263,7 +263,7 @@ def test_read_dataset_dispatches_by_format(tmp_path):
     valid = "auto, snap, pace, ogb, planetoid"
     with pytest.raises(ConfigError, match=f"unknown graph format 'csv': expected one of {valid}"):
         read_dataset(snap, format="csv")
-    assert set(FORMATS) == {"auto", "snap", "pace", "ogb", "planetoid", "npy", "parquet", "metis", "arrays"}
+    assert set(FORMATS) == {"auto", "snap", "pace", "ogb", "planetoid", "mtx", "npy", "parquet", "metis", "arrays"}
     with pytest.raises(ConfigError, match="format 'pace' takes no option 'num_nodes': expected none"):
         read_dataset(pace, num_nodes=3)
     with pytest.raises(ConfigError, match="format 'snap' takes no option 'split': expected num_nodes or one_based"):
@@ -295,3 +295,98 @@ def test_a_node_count_too_large_for_memory_is_refused_before_allocating(tmp_path
     with pytest.raises(ConfigError, match=r"g.txt: num_nodes \(--num-nodes\) = 1,000,000,000,000 needs at least "
                                           r"[\d.]+ TiB for the per-node arrays"):
         read_snap(path, num_nodes=10**12)
+
+
+# --------------------------------------------------------------------------------------------- pipes
+def _fifo_with_writer(tmp_path, data: bytes):
+    """A FIFO and a thread that writes ``data`` into it once, as ``cat file > fifo`` would."""
+    import os
+    import threading
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+
+    def write_once():
+        with open(fifo, "wb") as f:
+            f.write(data)
+
+    writer = threading.Thread(target=write_once, daemon=True)
+    writer.start()
+    return fifo, writer
+
+
+def _read_in_thread(*args, **kw):
+    """``read_dataset(*args, **kw)`` on a daemon thread, given 60 s (a reader that opens a FIFO twice waits
+    forever for a second writer): the result, or the exception it raised."""
+    import threading
+
+    out = {}
+
+    def run():
+        try:
+            out["value"] = read_dataset(*args, **kw)
+        except Exception as err:  # noqa: BLE001  (handed to the test)
+            out["error"] = err
+
+    reader = threading.Thread(target=run, daemon=True)
+    reader.start()
+    reader.join(timeout=60)
+    assert not reader.is_alive(), "the reader is still waiting on the FIFO"
+    if "error" in out:
+        raise out["error"]
+    return out["value"]
+
+
+@pytest.mark.parametrize("how", ["plain", "gz"])
+def test_a_fifo_is_read_once_as_a_stream(tmp_path, how):
+    fifo, writer = _fifo_with_writer(tmp_path, COMPRESS[how](SNAP_TEXT.encode()))
+    ds = _read_in_thread(fifo)
+    writer.join(timeout=10)
+    assert ds.graph.equals(CSRGraph.from_edges(SNAP_SRC, SNAP_DST))
+
+
+def test_a_fifo_holding_pace_or_matrix_market_is_told_by_its_first_bytes(tmp_path):
+    fifo, _ = _fifo_with_writer(tmp_path, PACE_TEXT.encode())
+    assert _read_in_thread(fifo).graph.equals(read_pace(write(tmp_path / "road.gr", PACE_TEXT)))
+    (tmp_path / "fifo").unlink()
+    fifo, _ = _fifo_with_writer(tmp_path, b"%%MatrixMarket matrix coordinate pattern general\n3 3 2\n1 2\n2 3\n")
+    assert _read_in_thread(fifo).graph.equals(CSRGraph.from_edges([0, 1], [1, 2], 3))
+
+
+def test_a_pipe_errors_name_it_and_formats_that_need_a_file_are_refused(tmp_path):
+    fifo, _ = _fifo_with_writer(tmp_path, b"0 1\n1 x\n")
+    with expect_error(fifo, 2, "non-integer token 'x'"):
+        _read_in_thread(fifo)
+    (tmp_path / "fifo").unlink()
+    fifo, _ = _fifo_with_writer(tmp_path, b"0 1\n")
+    with pytest.raises(ConfigError, match="is a pipe, which can be read only once, front to back: format 'npy' "
+                                          r"cannot be read from one \(expected snap, pace, mtx\)"):
+        _read_in_thread(fifo, format="npy")
+
+
+# --------------------------------------------------------------------------------------------- skip_lines
+JLG_TEXT = "4,3,u,graph,Int64,simplegraph\n1,2\n2,3\n3,4\n"  # JuliaGraphs: n,m,directed,name,..., then 1-based
+
+
+def test_skip_lines_reads_a_header_of_another_shape(tmp_path, caplog):
+    path = write(tmp_path / "path.jlg", JLG_TEXT)
+    with caplog.at_level("INFO", logger="haloflow.data.readers"):
+        graph = read_dataset(path, skip_lines=1, one_based=True).graph
+    assert graph.equals(CSRGraph.from_edges([0, 1, 2], [1, 2, 3]))
+    assert "skipped the first 1 line (skip_lines)" in caplog.text
+    # Line numbers still count the skipped lines.
+    with expect_error(write(tmp_path / "bad.jlg", JLG_TEXT + "4,x\n"), 5, "non-integer token 'x'"):
+        read_snap(tmp_path / "bad.jlg", skip_lines=1)
+
+
+@pytest.mark.parametrize("header", ["4,3,u,graph,Int64,simplegraph", "4,3,u"])
+def test_a_header_of_another_shape_is_an_error_that_says_how_to_skip_it(tmp_path, header):
+    # 6 fields: more than an edge line holds; 3 fields: fine alone, but the next line has 2.
+    path = write(tmp_path / "g.jlg", header + "\n1,2\n2,3\n")
+    with expect_error(path, 1 if header.count(",") > 3 else 2, re.escape(
+            "; if line 1 is a header, pass skip_lines=1 (--skip-lines 1)")):
+        read_snap(path)
+    # A bad line deep in a file gets no such hint.
+    with pytest.raises(InputFormatError) as caught:
+        read_snap(write(tmp_path / "deep.txt", "0 1\n1 2\n2 3 4 5 6\n"))
+    assert "skip" not in str(caught.value)
