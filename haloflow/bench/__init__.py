@@ -24,6 +24,9 @@ BENCHMARKS: dict[str, Benchmark] = {
     "partition": Benchmark("haloflow.bench.partition",
                            "metis / fennel / random against pymetis called directly: cut, halo, balance, time, memory",
                            "15"),
+    "partition-ooc": Benchmark("haloflow.bench.partition_ooc",
+                               "--memory-budget on an R-MAT graph larger than the budget: peak RSS, time per pass, "
+                               "temporary disk, cut; against in memory and METIS", "60"),
     "gcn": Benchmark("haloflow.bench.gcn", "one-process GCN epoch against PyG GCNConv; SpMM kernels", "1"),
     "gcn-dist": Benchmark("haloflow.bench.gcn_dist",
                           "GCN epoch at K = 1, 2, 4: overlapped vs a wait-first control, halo bytes, cost model",

@@ -41,7 +41,7 @@ def test_budget_too_small_fails_at_once_with_one_line(tmp_path, cli_fails):
     folder = _folder(tmp_path)
     cli_fails(["partition", folder, "--parts", "2", "--method", "random", "--memory-budget", "1MiB",
                "--out", tmp_path / "out"],
-              "--memory-budget 1.0 MiB cannot hold this graph: its 2,000 nodes need 24 bytes per node",
+              "--memory-budget 1.0 MiB cannot hold this graph: its 2,000 nodes need 25 bytes per node",
               "expected --memory-budget >=")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["sbm"]
 

@@ -142,14 +142,14 @@ def test_a_budget_too_small_for_the_node_arrays_fails_at_once(tmp_path, rmat_fol
                               OutOfCoreConfig(memory_budget=200_000, baseline=0), tmp_path / "ooc",
                               nodes=opened.nodes, progress=False)
     line = str(err.value)
-    assert "\n" not in line and "its 8,192 nodes need 24 bytes per node" in line
+    assert "\n" not in line and "its 8,192 nodes need 25 bytes per node" in line
     assert "expected --memory-budget >=" in line
     assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 
 def test_an_unknown_node_count_is_checked_as_it_grows(tmp_path):
     np.save(tmp_path / "e.npy", np.array([[0, 1], [5, 100_000], [7, 8]]))
-    with pytest.raises(ConfigError, match=r"its at least 100,001 nodes need 24 bytes per node"):
+    with pytest.raises(ConfigError, match=r"its at least 100,001 nodes need 25 bytes per node"):
         partition_out_of_core(NpyEdges(tmp_path / "e.npy"), PartitionConfig(num_parts=2, method="random"),
                               OutOfCoreConfig(memory_budget=1_500_000, baseline=0), tmp_path / "ooc", progress=False)
 
@@ -194,4 +194,7 @@ def test_report_names_the_budget_and_the_temporary_files(tmp_path, rmat_folder, 
     assert "memory budget: 585.9 KiB" in text and "temporary files:" in text and "removed" in text
     assert list(summary.stage_times) == ["count", "bucket sort", "partition", "relabel + route", "halo",
                                          "build + write"]
+    summary = partition_out_of_core(opened.edges, PartitionConfig(num_parts=2, method="fennel", passes=2), TINY,
+                                    tmp_path / "ooc2", nodes=opened.nodes, progress=False)
+    assert list(summary.stage_times)[2:5] == ["fennel pass 1", "fennel pass 2", "balance"]
     assert json.loads((tmp_path / "ooc" / "meta.json").read_text())["num_nodes"] == 8192

@@ -14,7 +14,8 @@
                                                                                   + 1 for "train")
       random      permutation 8 + parts 8 + out-degrees 8              24
       route       parts 4 + new ids 4|8 + out-degrees 8 + by new id 8  24 | 28
-      halo        in- and out-degrees by new id 16 + a byte map 1      17
+      halo        in- and out-degrees by new id 16 + a byte map 1      17   (+ one part's halo, <= 8)
+      write       in- and out-degrees by new id 16 + local id map 4    20
 
 The plan refuses at once when ``baseline + N x node_bytes + MIN_WORK > B``, naming N and the bytes per node.
 Writing a part maps its arrays (its CSR entries and node data) while `save_partitioned` copies them into the
@@ -89,7 +90,8 @@ def node_bytes(num_nodes: int, method: str, balance: tuple[str, ...], *, unknown
         "bucket sort": 8,
         "partition": 24 if method == "random" else fennel,
         "route": 20 + id_bytes(num_nodes),
-        "halo": 17,
+        "halo": 25,
+        "write": 20,
     }
     return table
 

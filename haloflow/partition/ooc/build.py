@@ -89,11 +89,16 @@ def sweep_halos(buckets: PartBuckets, plan: MemoryPlan, *, progress: bool) -> Ha
     return HaloSweep(halo_sizes, cut, sends)
 
 
-def _local_csr(buckets: PartBuckets, k: int, halo: np.ndarray, in_new: np.ndarray, plan: MemoryPlan) -> np.ndarray:
-    """Part k's local indptr; its indices go to part-k/indices.npy (module docstring)."""
+def _local_csr(buckets: PartBuckets, k: int, halo: np.ndarray, in_new: np.ndarray, plan: MemoryPlan,
+               local_of: np.ndarray) -> np.ndarray:
+    """Part k's local indptr; its indices go to part-k/indices.npy (module docstring). ``local_of`` (N,) is
+    scratch for the map new gid -> local id, refilled here for the part's inner and halo nodes (the only gids its
+    entries hold), as `HaloBuilder` does."""
     lo, hi = int(buckets.bounds[k]), int(buckets.bounds[k + 1])
     n_inner = hi - lo
     num_local = n_inner + halo.shape[0]
+    local_of[lo:hi] = np.arange(n_inner, dtype=local_of.dtype)
+    local_of[halo] = np.arange(n_inner, num_local, dtype=local_of.dtype)
     indptr = np.zeros(n_inner + 1, dtype=np.int64)
     np.cumsum(in_new[lo:hi], out=indptr[1:])
     nnz = int(indptr[-1])
@@ -105,10 +110,7 @@ def _local_csr(buckets: PartBuckets, k: int, halo: np.ndarray, in_new: np.ndarra
             r1 = int(np.searchsorted(indptr, indptr[r0] + plan.build_entries, side="right")) - 1
             r1 = min(max(r1, r0 + 1), n_inner)
             e0, e1 = int(indptr[r0]), int(indptr[r1])
-            src = edges.rows(e0, e1).astype(np.int64)  # (e,) new gids
-            inner = (src >= lo) & (src < hi)
-            col = np.where(inner, src - lo, n_inner + np.searchsorted(halo, src))  # (e,) local columns
-            del src, inner
+            col = local_of[edges.rows(e0, e1)].astype(np.int64)  # (e,) local columns of the entries' new gids
             row = np.repeat(np.arange(r0, r1, dtype=np.int64), np.diff(indptr[r0:r1 + 1]))  # (e,)
             key = row * num_local + col
             del col
@@ -126,6 +128,7 @@ def build_parts_streamed(buckets: PartBuckets, sweep: HaloSweep, in_new: np.ndar
     book = PartitionBook(bounds=buckets.bounds)
     k_parts = buckets.num_parts
     previous: list[MappedNpy] = []
+    local_of = np.empty(int(buckets.bounds[-1]), dtype=np.int32)  # (N,) scratch of _local_csr
     for k in range(k_parts):
         for m in list(releases) + previous:
             m.release()
@@ -135,7 +138,7 @@ def build_parts_streamed(buckets: PartBuckets, sweep: HaloSweep, in_new: np.ndar
                 f.unlink()
         lo, hi = book.part_range(k)
         halo = np.load(buckets.halo(k))  # (n_halo,) int64
-        indptr = _local_csr(buckets, k, halo, in_new, plan)
+        indptr = _local_csr(buckets, k, halo, in_new, plan, local_of)
         send = np.load(buckets.send(k))  # (sum send,) new gids, grouped by destination part
         send_offsets = np.zeros(k_parts + 1, dtype=np.int64)
         np.cumsum(sweep.sends[k], out=send_offsets[1:])

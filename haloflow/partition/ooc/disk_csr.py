@@ -121,8 +121,9 @@ def count_rows(source: EdgeSource, config: OutOfCoreConfig, method: str, balance
                 grown[: counts.shape[0]] = counts
                 counts = grown
             max_id = max(max_id, top)
-            _, rows = _directions(src, dst, symmetrize)
-            count_into(rows, counts)
+            count_into(dst, counts)
+            if symmetrize:  # the reverse entry src <- dst lands in row src
+                count_into(src, counts)
     n = source.finish(total, max_id)
     if n > _MAX_KEY_NODES:
         raise ConfigError(f"{source.path}: {n:,} nodes is over the {_MAX_KEY_NODES:,} the bucket sort's keys "

@@ -126,9 +126,10 @@ def partition_out_of_core(
             if nodes is None or "train_mask" not in nodes.names:
                 raise ConfigError('PartitionConfig.balance includes "train" but the input has no train_mask.npy')
             train_mask = nodes.rows("train_mask", 0, n)  # (N,) bool: one byte per node, in the plan
-        assignment = stream_partition(csr, config, plan, train_mask=train_mask, progress=progress)
+        assignment = stream_partition(csr, config, plan, train_mask=train_mask, progress=progress,
+                                      on_pass=stages.done)
         del train_mask
-        stages.done("partition")
+        stages.done("balance" if config.method == "fennel" and k > 1 else "partition")
         parts = assignment.parts
         del assignment
         bounds, orig_to_new = relabel_streamed(parts, k)

@@ -55,7 +55,7 @@ def streamable_config(config: PartitionConfig) -> PartitionConfig:
                    fennel_order="natural" if config.fennel_order == "auto" else config.fennel_order)
 
 
-def _fennel(csr: DiskCSR, config: PartitionConfig, plan: MemoryPlan, progress: bool) -> np.ndarray:
+def _fennel(csr: DiskCSR, config: PartitionConfig, plan: MemoryPlan, progress: bool, on_pass) -> np.ndarray:
     stream = FennelStream(csr.num_nodes, csr.num_edges, config.num_parts, imbalance=config.imbalance,
                           seed=config.seed, parts_dtype=np.int32)
     with progress_bar(total=config.passes * csr.num_nodes, desc="fennel", unit="node", enabled=progress) as bar:
@@ -64,12 +64,16 @@ def _fennel(csr: DiskCSR, config: PartitionConfig, plan: MemoryPlan, progress: b
                 stream.place_rows(indptr, indices, first, restream=p > 0)
                 bar.update(indptr.shape[0] - 1)
             log.info("fennel pass %d/%d done; part sizes %s", p + 1, config.passes, stream.sizes.tolist())
+            if on_pass is not None:
+                on_pass(f"fennel pass {p + 1}")
     return stream.parts
 
 
 def stream_partition(csr: DiskCSR, config: PartitionConfig, plan: MemoryPlan, *,
-                     train_mask: np.ndarray | None = None, progress: bool = False) -> Assignment:
+                     train_mask: np.ndarray | None = None, progress: bool = False, on_pass=None) -> Assignment:
     """The assignment of ``partition_graph(graph, config)`` for the graph of ``csr`` (module docstring).
+
+    ``on_pass(name)`` is called as each Fennel pass ends (the pipeline times them).
 
     Returns an ``Assignment`` whose ``parts`` is int32 (N,) (half of int64's memory; the same values).
     """
@@ -84,7 +88,7 @@ def stream_partition(csr: DiskCSR, config: PartitionConfig, plan: MemoryPlan, *,
     if k == 1:
         parts = np.zeros(n, dtype=np.int32)
     elif config.method == "fennel":
-        parts = _fennel(csr, config, plan, progress)
+        parts = _fennel(csr, config, plan, progress, on_pass)
     else:
         parts = random_partition(n, k, seed=config.seed).astype(np.int32)
     # balance_weights reads in-degrees only for "edges"; otherwise a zero-byte stand-in gives it N
