@@ -401,17 +401,21 @@ class MetricsLog:
 
     A stream from the first record: each line is written to ``path`` and flushed at once, so ``tail -f`` follows
     a run and a crash or Ctrl-C keeps the lines written so far. An existing regular file is truncated (as
-    ``--save`` replaces its file); a FIFO, a character device or ``/proc/self/fd/1`` is written through.
+    ``--save`` replaces its file); a FIFO, a character device or ``/proc/self/fd/1`` is written through. The file
+    is opened at the first record, so a run that stops before it (a bad input found at start-up) leaves an
+    existing log as it was and creates none.
     """
 
     def __init__(self, path: Path | None):
         self.path = path
         self.records: list[dict] = []
-        self._file = open_stream(path) if path is not None else None
+        self._file = None
 
     def write(self, record: dict) -> None:
         record = _json_safe(record)
         self.records.append(record)
+        if self.path is not None and self._file is None:
+            self._file = open_stream(self.path)
         if self._file is not None:
             with reporting_full_disk(self.path):
                 self._file.write(json.dumps(record, allow_nan=False) + "\n")

@@ -191,20 +191,25 @@ def dlrm_loss(logits: Tensor, labels: Tensor, *, global_batch_size: int | None =
     return F.binary_cross_entropy_with_logits(logits, labels, reduction="sum") / global_batch_size
 
 
-def _check_fits(config: DLRMConfig) -> None:
+def check_fits(config: DLRMConfig, table_elements: int | None = None) -> None:
     """Raise ``ConfigError`` when the float32 tables and MLP weights of ``config`` alone exceed the memory this
-    host has free (a table_sizes of 10**12 or an --embedding-dim of 10**9 would otherwise fail in the allocator)."""
+    host has free (a table_sizes of 10**12 or an --embedding-dim of 10**9 would otherwise fail in the allocator).
+
+    ``table_elements``: the table cells this process holds (a rank's shards and replicas); None: every table whole.
+    """
     from haloflow.utils.memory import available_bytes, format_bytes
 
     widths = [([config.num_dense, *config.bottom_mlp, config.embedding_dim]),
               ([config.interaction_dim, *config.top_mlp, 1])]
     mlp = sum(a * b + b for w in widths for a, b in zip(w[:-1], w[1:]))
-    need, have = 4 * (config.embedding_dim * sum(config.table_sizes) + mlp), available_bytes()
+    cells = config.embedding_dim * sum(config.table_sizes) if table_elements is None else table_elements
+    need, have = 4 * (cells + mlp), available_bytes()
     if have is not None and need > have:
+        held = "" if table_elements is None else f", of which this rank holds {table_elements:,} cells"
         raise ConfigError(f"the model needs at least {format_bytes(need)} ({len(config.table_sizes)} tables of "
-                          f"{sum(config.table_sizes):,} rows in all x embedding_dim {config.embedding_dim}, and the "
-                          f"MLPs), but this machine has {format_bytes(have)} free: expected smaller tables or "
-                          "embedding_dim, or the tables sharded over ranks (--nproc)", field="embedding_dim")
+                          f"{sum(config.table_sizes):,} rows in all x embedding_dim {config.embedding_dim}{held}, and "
+                          f"the MLPs), but this machine has {format_bytes(have)} free: expected smaller tables or "
+                          "embedding_dim, or the tables sharded over more ranks (--nproc)", field="embedding_dim")
 
 
 class DLRM(nn.Module):
@@ -220,7 +225,7 @@ class DLRM(nn.Module):
         gen = torch.Generator().manual_seed(config.seed)
         D = config.embedding_dim
         if embeddings is None:  # before any allocation: the whole tables and the MLPs live in this process
-            _check_fits(config)
+            check_fits(config)
         self.bottom = _mlp([config.num_dense, *config.bottom_mlp, D], gen, last_relu=True)
         self.top = _mlp([config.interaction_dim, *config.top_mlp, 1], gen, last_relu=False)
         self.embeddings = embeddings if embeddings is not None else EmbeddingTables(config.table_sizes, D, config.seed)

@@ -46,7 +46,7 @@ from haloflow.engine.dlrm.shard_stores import ShardStores
 from haloflow.engine.dlrm.sharded_embedding import ShardedEmbeddingCollection
 from haloflow.engine.grad_sync import BucketedGradSync
 from haloflow.errors import ConfigError
-from haloflow.models.dlrm import DLRM, DLRMConfig
+from haloflow.models.dlrm import DLRM, DLRMConfig, check_fits
 from haloflow.partition.planner.types import ShardingPlan
 
 __all__ = ["DistributedDLRM", "parallelize_dlrm", "shard_dlrm"]
@@ -141,7 +141,9 @@ def parallelize_dlrm(config: DLRMConfig, plan: ShardingPlan, group: Group | None
     if stores is not None and dtype not in (None, torch.float32):
         raise ConfigError(f"row stores hold float32 rows, but dtype {dtype} was asked for: expected dtype=None "
                           "or stores=None", field="dtype")
-    # 1. tables: this rank's shards and replicas, built in place
+    # 1. tables: this rank's shards and replicas, built in place (once they fit what this host has free)
+    rank = dist.get_rank(group) if group is not None else 0
+    check_fits(config, sum(s.num_rows * s.num_cols for tp in plan.tables for s in tp.shards if s.rank == rank))
     embeddings = ShardedEmbeddingCollection.from_plan(plan, config.table_sizes, config.embedding_dim,
                                                       seed=config.seed, group=group, dp_grad=dp_grad, stats=stats,
                                                       stores=stores)
