@@ -1,7 +1,7 @@
 """`haloflow train dlrm (--data DIR | --synthetic) [--plan PLAN] [--nproc K] ...`: train a DLRM.
 
-One process trains the single-device model; with ``--nproc K`` (or under ``torchrun --nproc-per-node K -m haloflow
-train dlrm ...``) every rank holds its shards of the plan. Rank 0 shows progress, writes every JSON record to
+Every rank holds its shards of the plan, through the same code whatever K: one process holds them all; with
+``--nproc K`` (or under ``torchrun --nproc-per-node K -m haloflow train dlrm ...``) each of K ranks holds its own. Rank 0 shows progress, writes every JSON record to
 ``--log-jsonl`` and prints a summary table at the end.
 """
 
