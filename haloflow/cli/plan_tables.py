@@ -22,7 +22,13 @@ from haloflow.partition.planner.types import DEFAULT_SHARDING_TYPES, ShardingTyp
 
 __all__ = ["register", "run"]
 
-_OPTIMIZER_SLOTS = {"sgd": 0.0, "adagrad": 1.0, "rowwise-adagrad": 0.0, "adam": 2.0}
+_OPTIMIZER_SLOTS = {"sgd": 0.0, "adagrad": 1.0, "rowwise_adagrad": 0.0, "adam": 2.0}
+
+
+def _optimizer_name(text: str) -> str:
+    """``rowwise-adagrad`` or ``rowwise_adagrad`` -> ``rowwise_adagrad``, as ``haloflow train dlrm`` spells it."""
+    return text.strip().lower().replace("-", "_")
+
 # field name in a ConfigError -> the flag a CLI user typed
 _FLAGS = {"world_size": "--world-size", "memory_per_rank": "--memory-per-rank", "batch_size": "--batch-size",
           "lookup_bandwidth": "--lookup-bandwidth", "a2a_bandwidth": "--a2a-bandwidth",
@@ -47,8 +53,9 @@ def register(subparsers) -> None:
                    "comma-separated")
     p.add_argument("--batch-size", type=int, default=2048, help="global batch size (default 2048)")
     p.add_argument("--dim", type=int, default=16, help="embedding dim where the tables do not say (default 16)")
-    p.add_argument("--optimizer", choices=sorted(_OPTIMIZER_SLOTS), default="sgd",
-                   help="sets the optimizer state kept per weight (default sgd: none)")
+    p.add_argument("--optimizer", choices=sorted(_OPTIMIZER_SLOTS), default="sgd", type=_optimizer_name,
+                   help="sets the optimizer state kept per weight (default sgd: none; rowwise-adagrad is "
+                   "rowwise_adagrad)")
     p.add_argument("--dp-grad", choices=("sparse", "dense"), default="sparse",
                    help="how the engine sums replicated tables' gradients (default sparse)")
     p.add_argument("--lookup-bandwidth", default="1.2TB", metavar="RATE",

@@ -71,3 +71,11 @@ def test_cached_tables_when_the_budget_needs_them(tmp_path, capsys):
     assert "C3" in cached and 0 < cached["C3"] < 10_131_227
     assert "cache rows" in text and "host memory" in text and f"{cached['C3']:,}" in text
     assert plan.per_rank[0].memory.device <= 2**30
+
+
+def test_rowwise_adagrad_is_taken_in_both_spellings(capsys):
+    # `haloflow train dlrm` spells it rowwise_adagrad; plan-tables took only rowwise-adagrad.
+    for typed in ("rowwise_adagrad", "rowwise-adagrad"):
+        assert main(["plan-tables", "--tables", "kaggle", "--world-size", "4", "--memory-per-rank", "1GiB",
+                     "--optimizer", typed]) == 0
+        assert "optimizer rowwise_adagrad" in capsys.readouterr().out

@@ -67,3 +67,18 @@ def test_a_mistake_found_by_the_ranks_ends_in_one_line_naming_the_rank_and_exit_
     assert proc.returncode == 2, proc.stderr[-2000:]
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("haloflow train: error: rank ") and "of 2: plan has 0 tables but the model has 26" in last
+
+
+@pytest.mark.parametrize("typed, optimizer, lr", [("sgd", "sgd", 0.1), ("adagrad", "adagrad", 0.01),
+                                                  ("rowwise_adagrad", "rowwise_adagrad", 0.01),
+                                                  ("rowwise-adagrad", "rowwise_adagrad", 0.01)])
+def test_the_default_lr_follows_the_optimizer_and_both_spellings_are_taken(typed, optimizer, lr):
+    c = config_from_args(_parse(["--synthetic", "--optimizer", typed]))
+    assert (c.optimizer, c.lr) == (optimizer, lr)
+    assert config_from_args(_parse(["--synthetic", "--optimizer", typed, "--lr", "0.3"])).lr == 0.3
+
+
+def test_help_shows_each_optimizers_default_lr(capsys):
+    with pytest.raises(SystemExit):
+        _parse(["--help"])
+    assert "per optimizer: sgd 0.1, adagrad 0.01, rowwise_adagrad 0.01" in " ".join(capsys.readouterr().out.split())
