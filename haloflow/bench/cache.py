@@ -16,10 +16,12 @@ cache over a memory-mapped table against plain ``np.memmap`` lookups (the OS pag
 2. One table of ``--rows`` rows (D 16, Adagrad, so 128 B a row) in a memory-mapped folder, a cache of a quarter
    of its bytes (``max_bytes``; policy frequency-admit from the trace's histogram; mapped file pages capped
    at a quarter of that budget), ``--steps`` training steps of ``--batch-size`` single-id bags (Zipf ids),
-   the next batch prefetched (and, as a control, the same steps again without prefetch): samples/s and peak
-   RSS above the start of each phase, against the same training through plain ``np.memmap`` lookups of the
-   same file layout; the tables are compared bit for bit after the first pass. torch runs one intra-op
-   thread in every phase (the prefetch thread is the cached store's second).
+   the next batch prefetched (and, as a control, the same steps again without prefetch): samples/s and RSS
+   growth, against the same training through plain ``np.memmap`` lookups of the same file layout; the tables
+   are compared bit for bit after the first pass. Each reader runs in a fresh (spawned) process, and its RSS
+   growth is that process's peak RSS (VmHWM, reset just before) minus its RSS before it opened the table: the
+   slots, policy and mapped file pages the reader keeps. torch runs one intra-op thread in every phase (the
+   prefetch thread is the cached store's second).
 
     haloflow bench cache                       # ~2 minutes on 2 cores
     haloflow bench cache --scale 1000 --batches 100 --rows 100000 --steps 100 --out /tmp/cache.json
@@ -44,7 +46,7 @@ from haloflow.cache.optim import apply_rows
 from haloflow.data.criteo import KAGGLE_TABLE_SIZES
 from haloflow.data.paths import data_root
 from haloflow.utils.atomic import atomic_write_text
-from haloflow.utils.memory import format_bytes, peak_rss_bytes, reset_peak_rss
+from haloflow.utils.memory import current_rss_bytes, format_bytes, peak_rss_bytes, reset_peak_rss
 from haloflow.utils.progress import progress_bar
 from haloflow.utils.table import format_table
 
@@ -98,75 +100,129 @@ def hit_rates(tables: list[np.ndarray], batch_size: int, desc: str) -> dict[str,
     return out
 
 
-def _phase_rss(run) -> tuple[float, int]:
-    reset_peak_rss()
-    base = peak_rss_bytes()
-    t = time.perf_counter()
-    run()
-    return time.perf_counter() - t, peak_rss_bytes() - base
+_DIM = 16  # part 2's table: D 16, Adagrad (weight + sum, float32: 128 B a row)
 
 
-def train_mmap(rows: int, steps: int, batch: int, a: float, seed: int, progress: bool) -> dict:
-    """Part 2: cached store over a mapped table against direct np.memmap lookups, same ids and gradients."""
-    dim, opt = 16, Adagrad(lr=0.01)
+def _budget(rows: int) -> int:
+    """Part 2's cache: a quarter of the table's bytes (weight + Adagrad sum, float32)."""
+    return rows * 4 * (_DIM + _DIM) // 4
+
+
+def _trace(rows: int, steps: int, batch: int, a: float, seed: int):
+    """Part 2's ids (steps + 1 batches, the last one only prefetched), offsets and d loss / d pooled."""
     rng = np.random.default_rng(seed)
     trace = [torch.from_numpy(zipf_ids(rng, rows, batch, a)) for _ in range(steps + 1)]
-    offsets = torch.arange(batch)
-    grads = torch.randn(batch, dim, generator=torch.Generator().manual_seed(seed))  # d loss / d pooled
-    result = {"rows": rows, "dim": dim, "steps": steps, "batch_size": batch}
-    with tempfile.TemporaryDirectory(prefix="haloflow-cache-bench-") as tmp:
-        peer_b = BackingStore.create(Path(tmp) / "peer", rows, dim, opt, seed=seed)
-        peer_b.close()
-        budget = rows * 4 * (dim + dim) // 4  # a quarter of the table: weight + Adagrad sum, float32
+    grads = torch.randn(batch, _DIM, generator=torch.Generator().manual_seed(seed))  # (B, D)
+    return trace, torch.arange(batch), grads
+
+
+def _reader_phase(reader: str, folder: str, rows: int, steps: int, batch: int, a: float, seed: int,
+                  progress: bool) -> dict:
+    """One reader of part 2 training the table in ``folder``, in a process of its own (``_in_fresh_process``):
+    ``memmap``, ``cached`` or ``cached-no-prefetch``. Returns its seconds and its RSS growth: VmHWM at the end
+    minus VmRSS just before the reader opened its table, once the peak was reset there -- the memory this reader
+    (its maps, slots, policy and the mapped file pages it keeps) added to a process holding only the trace."""
+    torch.set_num_threads(1)
+    opt = Adagrad(lr=0.01)
+    trace, offsets, grads = _trace(rows, steps, batch, a, seed)
+    _warm_up(opt)
+    reset = reset_peak_rss()
+    base = current_rss_bytes()
+    out: dict = {}
+    if reader == "memmap":  # the same math: distinct rows gathered from the map, updated, written back
+        arrays = _maps(folder, rows)
+
+        def run() -> None:
+            for i in progress_bar(range(steps), desc="np.memmap", enabled=progress):
+                uniq, inverse = torch.unique(trace[i], return_inverse=True)
+                w = arrays["weight"][uniq].requires_grad_()  # (u, D)
+                pooled = torch.nn.functional.embedding_bag(inverse, w, offsets, mode="sum")
+                (pooled * grads).sum().backward()
+                apply_rows(opt, arrays, uniq, w.grad)
+    else:
+        budget = _budget(rows)
         # Mapped file pages this process keeps (its RSS beyond the slots): a quarter of the slots' budget.
-        backing = BackingStore.create(Path(tmp) / "cached", rows, dim, opt, seed=seed, max_resident_bytes=budget // 4)
+        backing = BackingStore.open(folder, opt, max_resident_bytes=budget // 4)
         hist = np.bincount(torch.cat(trace[:steps]).numpy(), minlength=rows)
         store = CachedStore(backing, num_slots=budget // backing.row_bytes, max_bytes=budget, name="bench",
                             policy=make_policy("frequency", histogram=hist, admit_all=False))
         bag = CachedEmbeddingBag(store)
+        prefetch = reader == "cached"
 
-        def cached(prefetch: bool = True) -> None:
-            for i in progress_bar(range(steps), desc="cached", enabled=progress):
-                out = bag(trace[i], offsets)  # (B, D)
+        def run() -> None:
+            for i in progress_bar(range(steps), desc=reader, enabled=progress):
+                pooled = bag(trace[i], offsets)  # (B, D)
                 if prefetch:
                     bag.prefetch(trace[i + 1])
-                (out * grads).sum().backward()
+                (pooled * grads).sum().backward()
                 bag.step()
             store.flush()
-
-        def peer_maps() -> dict[str, torch.Tensor]:
-            return {k: torch.from_numpy(np.memmap(Path(tmp) / "peer" / f"{k}.bin", dtype=np.float32, mode="r+",
-                                                  shape=(rows, dim))) for k in ("weight", "sum")}
-
-        arrays = peer_maps()
-
-        def peer() -> None:  # the same math: distinct rows gathered from the map, updated, written back
-            for i in progress_bar(range(steps), desc="np.memmap", enabled=progress):
-                uniq, inverse = torch.unique(trace[i], return_inverse=True)
-                w = arrays["weight"][uniq].requires_grad_()  # (u, D)
-                out = torch.nn.functional.embedding_bag(inverse, w, offsets, mode="sum")
-                (out * grads).sum().backward()
-                apply_rows(opt, arrays, uniq, w.grad)
-
-        # Peer first, then its pages leave this process's RSS so that the cached phase starts from the same RSS.
-        t_peer, rss_peer = _phase_rss(peer)
-        del arrays  # unmapped (np.memmap writes through the shared mapping; nothing to flush)
-        t_cache, rss_cache = _phase_rss(cached)
-        arrays = peer_maps()
-        same = all(torch.equal(arrays[k], backing.arrays[k]) for k in arrays)
-        del arrays
-        hit_rate = store.stats.hit_rate
-        stats = store.stats.as_dict()
-        t_plain, rss_plain = _phase_rss(lambda: cached(prefetch=False))  # the same steps again, on the same table
-        result.update({
-            "table_bytes": rows * backing.row_bytes, "cache_bytes": budget, "hit_rate": hit_rate,
-            "cached_samples_per_s": steps * batch / t_cache, "memmap_samples_per_s": steps * batch / t_peer,
-            "cached_no_prefetch_samples_per_s": steps * batch / t_plain,
-            "cached_peak_rss_bytes": rss_cache, "memmap_peak_rss_bytes": rss_peer,
-            "cached_no_prefetch_peak_rss_bytes": rss_plain, "identical_tables": same, "stats": stats,
-            "torch_threads": torch.get_num_threads(),
-        })
+    t = time.perf_counter()
+    run()
+    out["seconds"] = time.perf_counter() - t
+    # The kernel's RSS counters are per-CPU estimates, off by some KiB: a reader that adds nothing reads 0.
+    out["rss_growth_bytes"] = max(0, peak_rss_bytes() - base)
+    out["peak_reset"] = reset  # False: VmHWM could not be reset, so the growth counts the trace's peak too
+    if reader != "memmap":
+        out.update(hit_rate=store.stats.hit_rate, stats=store.stats.as_dict(), row_bytes=backing.row_bytes)
         store.close()
+    return out
+
+
+def _warm_up(opt) -> None:
+    """The ops every reader runs, once on a tiny table: torch's first-use allocations (autograd, kernels, arenas)
+    then come before the reader's RSS is measured, not inside it."""
+    arrays = {k: torch.zeros(8, _DIM) for k in ("weight", "sum")}
+    ids = torch.tensor([0, 3, 3])
+    uniq, inverse = torch.unique(ids, return_inverse=True)
+    w = arrays["weight"][uniq].requires_grad_()
+    torch.nn.functional.embedding_bag(inverse, w, torch.arange(3), mode="sum").sum().backward()
+    apply_rows(opt, arrays, uniq, w.grad)
+
+
+def _maps(folder: str, rows: int) -> dict[str, torch.Tensor]:
+    """The table's weight and Adagrad sum in ``folder``, mapped with plain ``np.memmap``."""
+    return {k: torch.from_numpy(np.memmap(Path(folder) / f"{k}.bin", dtype=np.float32, mode="r+",
+                                          shape=(rows, _DIM))) for k in ("weight", "sum")}
+
+
+def _in_fresh_process(fn, *args):
+    """``fn(*args)`` in a spawned process: it starts from a new interpreter, so that no reader's RSS holds
+    another's pages or heap (one process for all three made "peak RSS above the phase's start" meaningless: the
+    later phases reused the earlier ones' memory, and one read -72 KiB)."""
+    import concurrent.futures
+    import multiprocessing
+
+    with concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return pool.submit(fn, *args).result()
+
+
+def train_mmap(rows: int, steps: int, batch: int, a: float, seed: int, progress: bool) -> dict:
+    """Part 2: cached store over a mapped table against direct np.memmap lookups, same ids and gradients, each
+    reader in a process of its own (``_reader_phase``)."""
+    opt = Adagrad(lr=0.01)
+    result = {"rows": rows, "dim": _DIM, "steps": steps, "batch_size": batch}
+    with tempfile.TemporaryDirectory(prefix="haloflow-cache-bench-") as tmp:
+        for name in ("peer", "cached"):  # the same table twice, one for each reader to train
+            BackingStore.create(Path(tmp) / name, rows, _DIM, opt, seed=seed).close()
+        args = (rows, steps, batch, a, seed, progress)
+        peer = _in_fresh_process(_reader_phase, "memmap", str(Path(tmp) / "peer"), *args)
+        cached = _in_fresh_process(_reader_phase, "cached", str(Path(tmp) / "cached"), *args)
+        peer_maps, cached_maps = _maps(str(Path(tmp) / "peer"), rows), _maps(str(Path(tmp) / "cached"), rows)
+        same = all(torch.equal(peer_maps[k], cached_maps[k]) for k in peer_maps)
+        del peer_maps, cached_maps
+        # The same steps again without prefetch, on the table the cached reader left.
+        plain = _in_fresh_process(_reader_phase, "cached-no-prefetch", str(Path(tmp) / "cached"), *args)
+    result.update({
+        "table_bytes": rows * cached["row_bytes"], "cache_bytes": _budget(rows), "hit_rate": cached["hit_rate"],
+        "cached_samples_per_s": steps * batch / cached["seconds"],
+        "memmap_samples_per_s": steps * batch / peer["seconds"],
+        "cached_no_prefetch_samples_per_s": steps * batch / plain["seconds"],
+        "cached_rss_growth_bytes": cached["rss_growth_bytes"], "memmap_rss_growth_bytes": peer["rss_growth_bytes"],
+        "cached_no_prefetch_rss_growth_bytes": plain["rss_growth_bytes"],
+        "peak_reset": peer["peak_reset"] and cached["peak_reset"] and plain["peak_reset"],
+        "identical_tables": same, "stats": cached["stats"], "torch_threads": 1,
+    })
     return result
 
 
@@ -260,23 +316,23 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         print(f"zipf, {name} at 1 %: {z[name][0.01]:.3f} vs Belady {z['belady'][0.01]:.3f}: {gap:.1%} below "
               f"(target <= {TARGET:.0%}: {'met' if gap <= TARGET else 'MISSED'})")
 
-    # One intra-op thread in every phase: on 2 cores, torch's pool of 2 plus the prefetch thread oversubscribe
-    # them and each tiny op waits at a barrier (200 steps took 8.8 s instead of 1.0 s when measured).
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
+    # One intra-op thread in every reader's process: on 2 cores, torch's pool of 2 plus the prefetch thread
+    # oversubscribe them and each tiny op waits at a barrier (200 steps took 8.8 s instead of 1.0 s when measured).
     m = train_mmap(args.rows, args.steps, args.batch_size, args.zipf, args.seed, not args.no_progress)
-    torch.set_num_threads(threads)
     report["mmap_training"] = m
     print(format_table(
-        ["table", "cache", "reader", "samples/s", "peak RSS", "hit rate"],
+        ["table", "cache", "reader", "samples/s", "RSS growth", "hit rate"],
         [[format_bytes(m["table_bytes"]), format_bytes(m["cache_bytes"]), "CachedStore + prefetch",
-          m["cached_samples_per_s"], format_bytes(m["cached_peak_rss_bytes"]), m["hit_rate"]],
+          m["cached_samples_per_s"], format_bytes(m["cached_rss_growth_bytes"]), m["hit_rate"]],
          [format_bytes(m["table_bytes"]), format_bytes(m["cache_bytes"]), "CachedStore, no prefetch",
-          m["cached_no_prefetch_samples_per_s"], format_bytes(m["cached_no_prefetch_peak_rss_bytes"]), None],
+          m["cached_no_prefetch_samples_per_s"], format_bytes(m["cached_no_prefetch_rss_growth_bytes"]), None],
          [format_bytes(m["table_bytes"]), "-", "np.memmap (page cache)", m["memmap_samples_per_s"],
-          format_bytes(m["memmap_peak_rss_bytes"]), None]],
-        float_fmt=[".0f"] * 5 + [".3f"], title=f"\n{m['steps']} Adagrad steps of {m['batch_size']} ids, memory-mapped table "
-                               f"(tables identical afterwards: {m['identical_tables']})"))
+          format_bytes(m["memmap_rss_growth_bytes"]), None]],
+        float_fmt=[".0f"] * 5 + [".3f"],
+        title=f"\n{m['steps']} Adagrad steps of {m['batch_size']} ids, memory-mapped table (tables identical "
+              f"afterwards: {m['identical_tables']}); RSS growth: each reader in a fresh process, its peak RSS "
+              f"minus its RSS before it opened the table" + ("" if m["peak_reset"] else
+                                                             " (peak not resettable here: an upper bound)")))
 
     d = dlrm_throughput(args.dlrm_max_rows, args.dlrm_steps, 128, 4, args.seed)
     report["dlrm"] = d
@@ -295,7 +351,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     except ImportError:
         print("matplotlib is not installed: no plot written")
     out = atomic_write_text(args.out, json.dumps(report, indent=1, default=str) + "\n")
-    print(f"wrote {out}")
+    print(f"wrote {out}" + (f" and {report['plot']}" if report.get("plot") else ""))
     return 0
 
 

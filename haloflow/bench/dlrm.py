@@ -246,7 +246,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
               f"plan {r['plan_kinds']}")
     result = {"benchmark": "dlrm", "max_rows": args.max_rows, "device": args.device, "table_rows_total": sum(sizes),
               "batch_size": args.batch_size, "single_process": single, "sharded": dist_results}
-    atomic_write_text(args.out, json.dumps(result, indent=1) + "\n")
+    out = atomic_write_text(args.out, json.dumps(result, indent=1) + "\n")
+    print(f"wrote {out}")
     ok = single["warmup_losses_equal"] and all(r["bytes_equal_prediction"] for r in dist_results)
     return 0 if ok else 1
 

@@ -273,8 +273,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         target_ratio=0.5,
         perf_model=model,
     )
-    atomic_write_text(args.out, json.dumps(result, indent=2))
-    log.info("wrote %s", args.out)
+    out = atomic_write_text(args.out, json.dumps(result, indent=2))
+    print(f"wrote {out}")
     return 0
 
 

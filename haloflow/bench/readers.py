@@ -105,6 +105,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
          "pyarrow/ours"], rows, float_fmt=".2f", title=f"graph readers, best of {args.repeat}"))
     out = atomic_write_text(args.out, json.dumps({"benchmark": "readers", "repeat": args.repeat, "results": records},
                                                  indent=2))
+    print(f"wrote {out}")
     return 0
 
 

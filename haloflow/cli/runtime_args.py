@@ -122,6 +122,10 @@ def launch_or_train(args: argparse.Namespace, config, train, parts: Callable[[],
     result = train(config)
     if result.rank == 0:
         print(result.summary())
+        from haloflow.cli.outputs_written import outputs_written
+
+        if written := outputs_written(config):  # where the JSON log, the checkpoints and --save went
+            print(written)
     return 0
 
 

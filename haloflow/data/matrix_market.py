@@ -25,8 +25,6 @@ import re
 from contextlib import nullcontext
 from dataclasses import dataclass
 
-import numpy as np
-
 from haloflow.data.graph import CSRGraph, check_node_count, max_plausible_nodes
 from haloflow.data.textscan import PipeInput, codec_errors, open_decompressed, read_head
 from haloflow.errors import InputFormatError

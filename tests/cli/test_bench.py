@@ -72,3 +72,36 @@ def test_dlrm_memory_ranks_hold_exactly_the_plans_bytes(tmp_path, capsys):
         assert (r["storage_device"], r["storage_host"]) == (r["plan_device"], r["plan_host"])
         assert r["peak_rss"] > r["plan_device"] + r["plan_host"]
     assert "peak RSS" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name, argv", [
+    ("gcn", ["--nodes", "400", "--entries", "2000", "--in-dim", "8", "--hidden", "8", "--out-dim", "4", "--epochs",
+             "1", "--warmup", "0", "--spmm-repeats", "1", "--widths", "8"]),
+    ("dlrm", ["--ranks", "--steps", "2", "--warmup", "1", "--rounds", "1", "--max-rows", "100"]),
+    ("readers", ["--graphs", "enron", "--repeat", "1"]),
+])
+def test_every_benchmark_says_where_its_json_went(tmp_path, capsys, request, name, argv):
+    if name == "readers":
+        request.getfixturevalue("shared_data")  # the real graphs it reads
+    out = tmp_path / f"{name}.json"
+    main(["bench", name, *argv, "--out", str(out)])
+    assert json.loads(out.read_text())
+    assert f"wrote {out}" in capsys.readouterr().out
+
+
+def test_bench_cache_measures_each_readers_rss_in_a_fresh_process(tmp_path, capsys):
+    # The RSS column used to be a difference of peaks in one process ("peak RSS -72.0 KiB"): the later readers
+    # reused the earlier ones' memory. Each reader now runs in a process of its own; a np.memmap reader that
+    # touches the whole table grows by about the table.
+    out = tmp_path / "cache.json"
+    assert main(["bench", "cache", "--scale", "100000", "--batches", "5", "--trace-batch-size", "16",
+                 "--rows", "20000", "--steps", "10", "--batch-size", "4096", "--dlrm-max-rows", "50",
+                 "--dlrm-steps", "4", "--no-progress", "--out", str(out)]) == 0
+    m = json.loads(out.read_text())["mmap_training"]
+    assert m["identical_tables"]
+    growth = {k: m[f"{k}_rss_growth_bytes"] for k in ("memmap", "cached", "cached_no_prefetch")}
+    assert all(g >= 0 for g in growth.values()), growth
+    if m["peak_reset"]:  # VmHWM could be reset (Linux): the peer's growth is its mapped pages, about the table
+        assert 0.5 * m["table_bytes"] < growth["memmap"] < m["table_bytes"] + (16 << 20), growth
+    text = capsys.readouterr().out
+    assert "RSS growth" in text and "each reader in a fresh process" in text and f"wrote {out}" in text
