@@ -45,6 +45,7 @@ from haloflow.partition.stats import PartitionStats
 from haloflow.partition.types import GraphPart, PartitionBook
 from haloflow.utils.atomic import atomic_directory, check_replaceable
 from haloflow.utils.checksum import crc32_file
+from haloflow.utils.mapped import write_npy
 
 __all__ = [
     "FORMAT_VERSION",
@@ -184,7 +185,7 @@ class PartitionMeta:
 def _write_array(root: Path, rel: str, arr: np.ndarray) -> FileInfo:
     path = root / rel
     arr = np.ascontiguousarray(arr)
-    np.save(path, arr, allow_pickle=False)
+    write_npy(path, arr)  # np.save's bytes, in slices: a memory-mapped part is never resident whole
     return FileInfo(size=path.stat().st_size, dtype=arr.dtype.str, shape=tuple(arr.shape), crc32=crc32_file(path))
 
 

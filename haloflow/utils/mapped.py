@@ -23,7 +23,7 @@ import numpy as np
 
 from haloflow.errors import InputFormatError
 
-__all__ = ["MappedNpy", "NpyWriter", "npy_header"]
+__all__ = ["MappedNpy", "NpyWriter", "npy_header", "write_npy"]
 
 
 def npy_header(path: str | os.PathLike) -> tuple[tuple[int, ...], bool, np.dtype, int]:
@@ -158,6 +158,7 @@ class NpyWriter:
             self.shape = (self.rows_written,) + self.shape[1:]
         self._file.close()
         if self.rows_written != self.shape[0]:
+            self.path.unlink(missing_ok=True)  # an incomplete array is no array
             raise ValueError(f"{self.path}: {self.rows_written:,} of {self.shape[0]:,} rows written")
         return self.path
 
@@ -173,3 +174,44 @@ class NpyWriter:
             self.close()
         else:
             self.abort()
+
+
+_WRITE_SLICE = 8 << 20  # bytes copied per write() by write_npy (and at most resident of a mapped source)
+
+
+def _mapping_of(arr: np.ndarray):
+    """The ``mmap.mmap`` an array's memory belongs to (following ``.base``), or None."""
+    base = arr
+    while base is not None:
+        if isinstance(base, mmap.mmap):
+            return base
+        if isinstance(base, memoryview):
+            base = base.obj
+            continue
+        base = getattr(base, "base", None)
+        if isinstance(base, np.memmap) and getattr(base, "_mmap", None) is not None:
+            return base._mmap
+    return None
+
+
+def write_npy(path: str | os.PathLike, arr: np.ndarray) -> None:
+    """``np.save(path, arr)`` (the same bytes) writing ``_WRITE_SLICE`` bytes at a time; when ``arr`` lives in a
+    read-only file map (`MappedNpy`, ``np.load(mmap_mode="r")``), the pages already written are released as it
+    goes, so copying a mapped array larger than memory keeps a slice of it resident, not the whole.
+    """
+    arr = np.ascontiguousarray(arr)
+    mapping = _mapping_of(arr)
+    flat = arr.reshape(-1)
+    step = max(_WRITE_SLICE // max(arr.dtype.itemsize, 1), 1)
+    with open(path, "wb") as f:
+        header = np.lib.format.header_data_from_array_1_0(arr)
+        try:
+            np.lib.format.write_array_header_1_0(f, header)
+        except ValueError:  # a header over 64 KiB (a huge structured dtype): what np.save falls back to
+            f.seek(0)
+            f.truncate()
+            np.lib.format.write_array_header_2_0(f, header)
+        for lo in range(0, flat.shape[0], step):
+            f.write(flat[lo:lo + step].data)
+            if mapping is not None and hasattr(mapping, "madvise") and not mapping.closed:
+                mapping.madvise(mmap.MADV_DONTNEED)

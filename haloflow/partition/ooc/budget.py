@@ -17,10 +17,11 @@
       halo        in- and out-degrees by new id 16 + a byte map 1      17   (+ one part's halo, <= 8)
       write       in- and out-degrees by new id 16 + local id map 4    20
 
-The plan refuses at once when ``baseline + N x node_bytes + MIN_WORK > B``, naming N and the bytes per node.
-Writing a part maps its arrays (its CSR entries and node data) while `save_partitioned` copies them into the
-folder; those pages are the file's, released when the next part starts, so the largest part adds to the peak
-(`part_bytes`): the plan says so in a warning when that goes over the budget.
+The plan refuses at once when ``baseline + N x node_bytes + MIN_WORK > (1 - SLACK) B``, naming N and the bytes per
+node; ``baseline`` is measured once, when the pipeline starts (its numba kernels loaded). A part's CSR entries and
+node data never are in memory whole: they are written to temporary files in row ranges and copied into the folder
+through a map whose pages are released behind the copy (``utils.mapped.write_npy``). Its node-sized arrays (local
+indptr, halo ids, local degrees: about 40 bytes per inner or halo node) are, and the build steps shrink to fit.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ __all__ = ["OutOfCoreConfig", "MemoryPlan", "node_bytes", "plan_memory", "MIN_WO
 log = logging.getLogger(__name__)
 
 MIN_WORK = 1 << 16  # the least room for chunks that still makes progress (a few hundred edges per chunk)
+SLACK = 0.08  # of the budget kept free: the allocator's unreturned pages, kernels' scratch, file pages in flight
 
 # Bytes of temporaries per unit of work in each pass (see the module docstring for the per-node arrays).
 SCATTER_BYTES_PER_EDGE = 128  # pass 2 reading the input: both directions, keys, bucket ids, their order
@@ -142,6 +144,12 @@ class MemoryPlan:
     def build_entries(self) -> int:
         return max(self.work // BUILD_BYTES_PER_ENTRY, 256)
 
+    def write_entries(self, held: int) -> int:
+        """CSR entries per step while the parts are built, when ``held`` bytes (the degrees by new id, the local
+        id map and the part's own node-sized arrays) are alive; at least a few hundred."""
+        room = int(self.budget * (1 - SLACK)) - self.baseline - held
+        return max(room // BUILD_BYTES_PER_ENTRY, 256)
+
     def node_rows(self, row_bytes: int) -> int:
         """Rows of a node array per chunk (read, then grouped by part: two copies)."""
         return max(self.work // (2 * max(row_bytes, 1) + 24), 64)
@@ -153,7 +161,7 @@ class MemoryPlan:
 
 
 def _budget_line(budget: int, base: int, n: int, per_node: int, at_least: bool) -> str:
-    need = base + n * per_node + MIN_WORK
+    need = math.ceil((base + n * per_node + MIN_WORK) / (1 - SLACK))
     count = f"at least {n:,}" if at_least else f"{n:,}"
     return (f"--memory-budget {format_bytes(budget)} cannot hold this graph: its {count} nodes need {per_node} bytes "
             f"per node ({format_bytes(n * per_node)}) in the per-node arrays, plus {format_bytes(MIN_WORK)} for "
@@ -170,7 +178,7 @@ def plan_memory(config: OutOfCoreConfig, num_nodes: int, method: str, balance: t
     """
     base = current_rss_bytes() if config.baseline is None else config.baseline
     per_node = max(node_bytes(num_nodes, method, balance, unknown_count=unknown_count).values())
-    work = config.memory_budget - base - num_nodes * per_node
+    work = int(config.memory_budget * (1 - SLACK)) - base - num_nodes * per_node
     if work < MIN_WORK:
         raise ConfigError(_budget_line(config.memory_budget, base, num_nodes, per_node, at_least))
     return MemoryPlan(budget=config.memory_budget, baseline=base, num_nodes=num_nodes, node_bytes=per_node,

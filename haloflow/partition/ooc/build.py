@@ -31,6 +31,10 @@ from haloflow.utils.progress import progress_bar
 
 __all__ = ["HaloSweep", "sweep_halos", "build_parts_streamed"]
 
+# A part's own arrays per inner or halo node: indptr / halo ids 8, local degrees 16, the local gids and send lists
+# while they are made 16.
+_PART_BYTES_PER_NODE = 40
+
 log = logging.getLogger(__name__)
 
 
@@ -89,7 +93,7 @@ def sweep_halos(buckets: PartBuckets, plan: MemoryPlan, *, progress: bool) -> Ha
     return HaloSweep(halo_sizes, cut, sends)
 
 
-def _local_csr(buckets: PartBuckets, k: int, halo: np.ndarray, in_new: np.ndarray, plan: MemoryPlan,
+def _local_csr(buckets: PartBuckets, k: int, halo: np.ndarray, in_new: np.ndarray, max_entries: int,
                local_of: np.ndarray) -> np.ndarray:
     """Part k's local indptr; its indices go to part-k/indices.npy (module docstring). ``local_of`` (N,) is
     scratch for the map new gid -> local id, refilled here for the part's inner and halo nodes (the only gids its
@@ -106,8 +110,8 @@ def _local_csr(buckets: PartBuckets, k: int, halo: np.ndarray, in_new: np.ndarra
                                                           (nnz,)) as out:
         r0 = 0
         while r0 < n_inner:
-            # rows r0..r1-1 with about build_entries entries (one longer row goes alone)
-            r1 = int(np.searchsorted(indptr, indptr[r0] + plan.build_entries, side="right")) - 1
+            # rows r0..r1-1 with about max_entries entries (one longer row goes alone)
+            r1 = int(np.searchsorted(indptr, indptr[r0] + max_entries, side="right")) - 1
             r1 = min(max(r1, r0 + 1), n_inner)
             e0, e1 = int(indptr[r0]), int(indptr[r1])
             col = local_of[edges.rows(e0, e1)].astype(np.int64)  # (e,) local columns of the entries' new gids
@@ -138,7 +142,9 @@ def build_parts_streamed(buckets: PartBuckets, sweep: HaloSweep, in_new: np.ndar
                 f.unlink()
         lo, hi = book.part_range(k)
         halo = np.load(buckets.halo(k))  # (n_halo,) int64
-        indptr = _local_csr(buckets, k, halo, in_new, plan, local_of)
+        # held now: degrees by new id (16 B per node), the local map (4), and this part's node-sized arrays
+        held = in_new.nbytes + out_new.nbytes + local_of.nbytes + _PART_BYTES_PER_NODE * (hi - lo + halo.shape[0])
+        indptr = _local_csr(buckets, k, halo, in_new, plan.write_entries(held), local_of)
         send = np.load(buckets.send(k))  # (sum send,) new gids, grouped by destination part
         send_offsets = np.zeros(k_parts + 1, dtype=np.int64)
         np.cumsum(sweep.sends[k], out=send_offsets[1:])

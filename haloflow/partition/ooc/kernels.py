@@ -5,7 +5,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-__all__ = ["count_into", "group_by", "compact_bucket", "number_by_part", "cut_ranges", "scatter_into"]
+__all__ = ["count_into", "group_by", "compact_bucket", "number_by_part", "cut_ranges", "scatter_into",
+           "warm_kernels"]
 
 
 @numba.njit(cache=True)
@@ -102,3 +103,20 @@ def scatter_into(out, idx, values):
     copy)."""
     for i in range(idx.shape[0]):
         out[idx[i]] = values[i]
+
+
+def warm_kernels() -> None:
+    """Load (or compile) every kernel of the passes on tiny inputs, for the dtypes the passes use, so that the
+    memory plan's baseline already holds their machine code."""
+    from haloflow.partition.fennel import FennelStream
+
+    for ids in (np.zeros(2, np.int32), np.zeros(2, np.int64)):
+        count_into(ids, np.zeros(2, np.int64))
+        group_by(ids, 2)
+        scatter_into(np.zeros(2, np.int64), ids, np.zeros(2, np.int64))
+        number_by_part(ids, np.array([0, 2, 2], np.int64), np.zeros(2, ids.dtype))
+        stream = FennelStream(2, 2, 2, parts_dtype=np.int32)
+        stream.place_rows(np.array([0, 1, 2], np.int64), ids[::-1].copy(), 0, restream=False)
+        stream.place_rows(np.array([0, 1, 2], np.int64), ids, 0, restream=True)
+    compact_bucket(np.zeros(2, np.int64), 2, 0, np.zeros(2, np.int64), np.zeros(2, np.int64), True)
+    cut_ranges(np.ones(4, np.int64), 2, 2)

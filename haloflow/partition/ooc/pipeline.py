@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from haloflow.data.edge_source import EdgeSource
@@ -28,6 +28,7 @@ from haloflow.errors import ConfigError
 from haloflow.partition.api import PartitionConfig
 from haloflow.partition.format import NODE_DATA, PartitionMeta, check_output_dir, save_partitioned
 from haloflow.partition.ooc.budget import OutOfCoreConfig
+from haloflow.partition.ooc.kernels import warm_kernels
 from haloflow.partition.ooc.build import build_parts_streamed, sweep_halos
 from haloflow.partition.ooc.disk_csr import build_disk_csr, count_rows
 from haloflow.partition.ooc.route import (degrees_by_new_id, relabel_streamed, route_node_data, route_rows,
@@ -36,7 +37,7 @@ from haloflow.partition.ooc.scratch import ScratchSpace
 from haloflow.partition.ooc.stream import stream_partition, streamable_config
 from haloflow.partition.pipeline import PartitionSummary
 from haloflow.utils.mapped import MappedNpy
-from haloflow.utils.memory import format_bytes, peak_rss_bytes
+from haloflow.utils.memory import current_rss_bytes, format_bytes, peak_rss_bytes
 
 __all__ = ["OutOfCoreSummary", "partition_out_of_core"]
 
@@ -111,6 +112,9 @@ def partition_out_of_core(
         raise ConfigError(f"{source.path}: the node files have {nodes.num_nodes:,} rows but the edges are read for "
                           f"{source.num_nodes:,} nodes")
     tmp_parent = Path(ooc.tmp_dir) if ooc.tmp_dir is not None else out_dir.absolute().parent
+    if ooc.baseline is None:  # what the process holds before the first pass, its kernels loaded: fixed for the run
+        warm_kernels()
+        ooc = replace(ooc, baseline=current_rss_bytes())
     start = time.perf_counter()
     stages = _Stages()
     k = config.num_parts
@@ -155,7 +159,6 @@ def partition_out_of_core(
             bounds=tuple(int(b) for b in bounds), stats=stats, node_data=node_data, num_classes=num_classes,
             name=source.name, config={**asdict(config), "balance": list(config.balance)},
         )
-        _warn_part_bytes(buckets, stats, nodes, plan, in_new.nbytes + out_new.nbytes)
         parts_iter = build_parts_streamed(buckets, sweep, in_new, out_new, plan, num_classes=num_classes,
                                           releases=(new_to_orig,))
         meta = save_partitioned(out_dir, parts_iter, meta, new_to_orig=new_to_orig.array, overwrite=overwrite)
@@ -171,15 +174,3 @@ def partition_out_of_core(
         stage_times=stages.times, memory_budget=ooc.memory_budget, plan=plan.describe(), temp_peak_bytes=temp_peak,
         num_nodes=n, num_entries=csr.num_edges, num_buckets=csr.num_buckets,
     )
-
-
-def _warn_part_bytes(buckets, stats, nodes: NodeArrays | None, plan, held: int) -> None:
-    """Warn when writing the largest part (its arrays mapped while they are copied) goes over the budget."""
-    row = sum(nodes.row_bytes(name) for name in nodes.names) if nodes is not None else 0
-    per_part = 8 * stats.in_edges + (row + 40) * stats.inner + 24 * stats.halo  # (K,)
-    largest = int(per_part.max(initial=0))
-    over = plan.baseline + held + largest - plan.budget
-    if over > 0:
-        log.warning("writing the largest part maps %s of its arrays, %s over --memory-budget %s (file pages the "
-                    "kernel can reclaim); more --parts make each part smaller", format_bytes(largest),
-                    format_bytes(over), format_bytes(plan.budget))
