@@ -6,6 +6,8 @@
                                    metis:  symmetric adjacency, METIS  (only if a weight is    parts (N,) in [0, K)
                                    fennel: streaming over the CSR       over its cap; see
                                    random: seeded permutation           balance.py)
+                                   kahip / mtkahypar: as metis, through
+                                     the optional packages (external.py)
 
 The cut is counted on edges (an edge is cut when its two ends are in different parts); an edge belongs to its
 destination's part, so the "edges" weight of a part is the in-degree sum of its nodes. ``relabel`` then turns
@@ -25,6 +27,7 @@ from haloflow.errors import ConfigError
 from haloflow.partition.balance import (BALANCE_WEIGHTS, balance_caps, balance_goals, balance_weights, part_loads,
                                          rebalance)
 from haloflow.partition.fennel import FENNEL_PASSES, FENNEL_STARTS, fennel_partition
+from haloflow.partition.external import EXTERNAL_METHODS, kahip_partition, mtkahypar_partition
 from haloflow.partition.metis import metis_partition, symmetric_adjacency
 from haloflow.partition.random import random_partition
 from haloflow.partition.types import Assignment
@@ -33,7 +36,7 @@ __all__ = ["METHODS", "FENNEL_ORDER_CHOICES", "PartitionConfig", "partition_grap
 
 log = logging.getLogger(__name__)
 
-METHODS = ("metis", "fennel", "random")
+METHODS = ("metis", "fennel", "random", "kahip", "mtkahypar")
 FENNEL_ORDER_CHOICES = ("auto", "bfs", "natural")
 
 
@@ -43,7 +46,8 @@ class PartitionConfig:
 
     Args:
         num_parts: K, the number of parts (1 <= K <= number of nodes).
-        method: ``"metis"`` (best cut), ``"fennel"`` (streaming, O(nodes) memory, fast) or ``"random"``.
+        method: ``"metis"`` (best cut), ``"fennel"`` (streaming, O(nodes) memory, fast), ``"random"``, or the
+            optional ``"kahip"`` / ``"mtkahypar"`` (``partition/external.py``; their packages installed).
         balance: weights to balance, any of ``"nodes"``, ``"edges"`` (in-edges), ``"train"`` (training nodes).
         imbalance: every balanced weight ends with largest part <= imbalance x mean part (see balance.py for the
             floor used when rounding or one heavy node makes that impossible).
@@ -134,6 +138,12 @@ def partition_graph(
             indptr, indices, k, vweights=_metis_weight(weights, config.balance), imbalance=config.imbalance,
             seed=config.seed,
         )
+    elif config.method in EXTERNAL_METHODS:
+        indptr, indices = symmetric_adjacency(graph.indptr, graph.indices, graph.num_nodes,
+                                              known_symmetric=graph.simple_symmetric)
+        external = kahip_partition if config.method == "kahip" else mtkahypar_partition
+        parts = external(indptr, indices, k, vweights=_metis_weight(weights, config.balance),
+                         imbalance=config.imbalance, seed=config.seed)
     elif config.method == "fennel":
         parts = fennel_partition(
             graph.indptr, graph.indices, k, imbalance=config.imbalance, seed=config.seed,
