@@ -1,7 +1,10 @@
+import errno
 import os
 import shutil
 import stat
 import subprocess
+import threading
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -86,3 +89,26 @@ def device_nodes(tmp_path):
             pytest.skip(f"cannot make a device node under {tmp_path}: {err}")
         nodes[name] = path
     return nodes
+
+
+@contextmanager
+def reading_fifo(path: Path):
+    """Make a FIFO at ``path`` and read it to its end in a thread; yields the list its bytes are appended to. On
+    exit a reader still waiting for a writer (the code under test never opened the FIFO) is released, so that a
+    failing test cannot hang the session."""
+    os.mkfifo(path)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(Path(path).read_bytes()), daemon=True)
+    reader.start()
+    try:
+        yield got
+    finally:
+        for _ in range(3000):  # about 30 s at most
+            if not reader.is_alive():
+                break
+            try:
+                os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))  # the waiting reader sees an empty stream
+            except OSError as err:
+                if err.errno != errno.ENXIO:  # ENXIO: the reader has not opened it yet
+                    raise
+            reader.join(timeout=0.01)

@@ -4,7 +4,6 @@ import json
 import os
 import re
 import stat
-import threading
 from pathlib import Path
 
 import pytest
@@ -26,7 +25,7 @@ from haloflow.engine.runtime import (
 from haloflow.errors import ConfigError
 from haloflow.partition.api import PartitionConfig
 from haloflow.partition.pipeline import partition_dataset
-from tests.conftest import run_torchrun
+from tests.conftest import reading_fifo, run_torchrun
 from tests.engine.scripts.common import small_dataset
 
 SCRIPTS = Path(__file__).parent / "scripts"
@@ -93,15 +92,11 @@ def test_a_new_run_truncates_an_old_log_and_a_failed_run_keeps_its_lines(tmp_pat
 
 def test_a_fifo_log_is_written_through(tmp_path):
     fifo = tmp_path / "m.fifo"
-    os.mkfifo(fifo)
-    got = []
-    reader = threading.Thread(target=lambda: got.append(fifo.read_text()))
-    reader.start()
-    log = MetricsLog(fifo)
-    log.write({"epoch": 0})
-    log.close()
-    reader.join(timeout=30)
-    assert got == ['{"epoch": 0}\n'] and stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    with reading_fifo(fifo) as got:
+        log = MetricsLog(fifo)
+        log.write({"epoch": 0})
+        log.close()
+    assert got == [b'{"epoch": 0}\n'] and stat.S_ISFIFO(os.lstat(fifo).st_mode)
 
 
 def test_reporter_prints_a_line_every_n_steps_without_a_terminal(capsys):

@@ -1,7 +1,6 @@
 import contextlib
 import os
 import stat
-import threading
 
 import numpy as np
 import pytest
@@ -9,7 +8,7 @@ import pytest
 from haloflow.errors import ConfigError, OutputError
 from haloflow.utils.atomic import (atomic_directory, atomic_output, atomic_write_text, open_stream,
                                   reporting_full_disk)
-from tests.conftest import fill_disk
+from tests.conftest import fill_disk, reading_fifo
 
 
 def _ours(folder):
@@ -110,13 +109,9 @@ def test_write_text_through_a_link_keeps_the_link(tmp_path):
 
 def test_a_fifo_is_written_through(tmp_path):
     fifo = tmp_path / "fifo"
-    os.mkfifo(fifo)
-    got = []
-    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()))
-    reader.start()
-    with atomic_output(fifo, "wb") as f:
-        f.write(b"line 1\n")
-    reader.join(timeout=30)
+    with reading_fifo(fifo) as got:
+        with atomic_output(fifo, "wb") as f:
+            f.write(b"line 1\n")
     assert got == [b"line 1\n"] and stat.S_ISFIFO(os.lstat(fifo).st_mode) and _names(tmp_path) == ["fifo"]
 
 
