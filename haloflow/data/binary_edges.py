@@ -77,6 +77,7 @@ class NpyEdges(EdgeSource):
             del block
             check_ids(self.path, src, dst, lo, self._num_nodes)
             yield src, dst
+            del src, dst  # this frame's references would keep the chunk alive while the next one is read
 
     def finish(self, num_edges: int, max_id: int) -> int:
         return plausible_node_count(self.path, num_edges, max_id, self._num_nodes)
@@ -160,6 +161,7 @@ class ParquetEdges(EdgeSource):
                 src, dst = cols[0][lo:hi].astype(np.int64), cols[1][lo:hi].astype(np.int64)
                 check_ids(f, src, dst, first + lo, self._num_nodes, what="row")
                 yield src, dst
+                del src, dst
             first += rows
 
     def finish(self, num_edges: int, max_id: int) -> int:

@@ -157,6 +157,7 @@ class SnapEdges(EdgeSource):
             if shift:
                 src, dst = src - shift, dst - shift
             yield np.ascontiguousarray(src), np.ascontiguousarray(dst)
+            del values, src, dst  # not kept alive while the next block is parsed
         self._min_id = low
         self._scan = scan
 

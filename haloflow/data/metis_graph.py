@@ -122,6 +122,7 @@ class MetisEdges(EdgeSource):
         for tb in iter_token_blocks(self.path, block_bytes=min(block_bytes, 1 << 40), progress=self.progress):
             src, dst, vertex, header_seen = self._block_edges(tb, vertex, header_seen)
             yield src, dst
+            del tb, src, dst  # not kept alive while the next block is parsed
         self._vertices_seen = min(vertex, self.header.num_nodes)  # blank lines after the last vertex are not one
 
     def _block_edges(self, tb: TokenBlock, vertex: int, header_seen: bool):

@@ -25,6 +25,8 @@ from haloflow.errors import InputFormatError
 
 __all__ = ["MappedNpy", "NpyWriter", "npy_header", "write_npy"]
 
+_COPY_SLICE = 8 << 20  # bytes copied out of a map between two releases of its pages
+
 
 def npy_header(path: str | os.PathLike) -> tuple[tuple[int, ...], bool, np.dtype, int]:
     """``(shape, fortran_order, dtype, data_offset)`` of a ``.npy`` file, read from its header alone.
@@ -75,15 +77,24 @@ class MappedNpy:
         return self.shape[0] if self.shape else 0
 
     def rows(self, lo: int, hi: int) -> np.ndarray:
-        """A copy of ``array[lo:hi]`` (along the first axis); the pages it read are released."""
-        out = np.array(self.array[lo:hi])
-        self.release()
+        """A copy of ``array[lo:hi]`` (along the first axis). It is copied a slice at a time, the pages released
+        after each, so the copy is all that stays resident (not the copy and the pages it was read from)."""
+        src = self.array[lo:hi]
+        out = np.empty(src.shape, dtype=self.dtype)
+        step = max(_COPY_SLICE // max(src[:1].nbytes, 1), 1)
+        for a in range(0, src.shape[0], step):
+            out[a:a + step] = src[a:a + step]
+            self.release()
         return out
 
     def columns(self, lo: int, hi: int) -> np.ndarray:
-        """A copy of ``array[:, lo:hi]`` (a (2, E) edge array read in column ranges); pages released."""
-        out = np.array(self.array[:, lo:hi])
-        self.release()
+        """A copy of ``array[:, lo:hi]`` (a (2, E) edge array read in column ranges), released as `rows` is."""
+        src = self.array[:, lo:hi]
+        out = np.empty(src.shape, dtype=self.dtype)
+        step = max(_COPY_SLICE // max(src[:, :1].nbytes, 1), 1)
+        for a in range(0, src.shape[1], step):
+            out[:, a:a + step] = src[:, a:a + step]
+            self.release()
         return out
 
     def release(self) -> None:

@@ -64,8 +64,10 @@ class DiskCSR:
                 start = int(window[0])
                 hi_rel = int(np.searchsorted(window, start + max_entries, side="right")) - 1
                 hi_rel = max(hi_rel, 1)  # one row more than a block still goes, alone
-                block = window[: hi_rel + 1]
+                block = window[: hi_rel + 1].copy()
+                del window
                 yield lo, block, indices.rows(start, int(block[-1]))
+                del block  # the consumer's block is not kept alive while the next one is read
                 lo += hi_rel
 
     def in_degree_blocks(self, max_rows: int) -> Iterator[tuple[int, np.ndarray]]:
@@ -138,6 +140,21 @@ def count_rows(source: EdgeSource, config: OutOfCoreConfig, method: str, balance
     return RowCounts(counts=counts, num_edges=total, num_nodes=n, plan=plan)
 
 
+def _scatter_chunk(src, dst, symmetrize, n, bounds, files) -> None:
+    """Append one input chunk's keys ``dst * N + src`` to the files of their row ranges (temporaries gone on
+    return)."""
+    s2, d2 = _directions(src, dst, symmetrize)
+    keys = d2 * n + s2  # (e,) int64
+    which = np.searchsorted(bounds, d2, side="right") - 1  # (e,) bucket of each entry
+    del s2, d2
+    order, offsets = group_by(which, bounds.shape[0] - 1)
+    del which
+    keys = keys[order]
+    del order
+    for i in np.flatnonzero(np.diff(offsets)):
+        files[i].write(keys[offsets[i]:offsets[i + 1]].data)
+
+
 def build_disk_csr(source: EdgeSource, rows: RowCounts, scratch: ScratchSpace, *, symmetrize: bool,
                    progress: bool) -> tuple[DiskCSR, np.ndarray]:
     """Pass 2: the on-disk CSR and the out-degrees int64 (N,) (module docstring). ``rows.counts`` is dropped."""
@@ -155,16 +172,8 @@ def build_disk_csr(source: EdgeSource, rows: RowCounts, scratch: ScratchSpace, *
         with progress_bar(total=rows.num_edges, desc="scatter", unit="edge", enabled=progress) as bar:
             for src, dst in source.chunks(chunk):
                 bar.update(src.shape[0])
-                s2, d2 = _directions(src, dst, symmetrize)
-                del src, dst
-                keys = d2 * n + s2  # (e,) int64
-                which = np.searchsorted(bounds, d2, side="right") - 1  # (e,) bucket of each entry
-                del s2, d2
-                order, offsets = group_by(which, b)
-                keys = keys[order]
-                del order, which
-                for i in np.flatnonzero(np.diff(offsets)):
-                    files[i].write(keys[offsets[i]:offsets[i + 1]].data)
+                _scatter_chunk(src, dst, symmetrize, n, bounds, files)
+                del src, dst  # before the next chunk is read
     finally:
         for f in files:
             f.close()

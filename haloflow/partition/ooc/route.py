@@ -99,25 +99,9 @@ def route_rows(csr: DiskCSR, parts: np.ndarray, orig_to_new: np.ndarray, bounds:
     try:
         with progress_bar(total=csr.num_nodes, desc="route", unit="node", enabled=progress) as bar:
             for first, indptr, indices in csr.blocks(plan.route_entries, plan.route_rows):
-                r = indptr.shape[0] - 1
-                deg = np.diff(indptr)  # (r,)
-                row_part = parts[first:first + r]  # (r,)
-                scatter_into(in_new, orig_to_new[first:first + r], deg)
-                order, offsets = group_by(row_part, k)  # rows of each part, in original order
-                ids = order + first  # (r,) original ids grouped by part
-                for p in np.flatnonzero(np.diff(offsets)):
-                    rows_out[p].write(ids[offsets[p]:offsets[p + 1]])
-                del order, ids
-                entry_part = np.repeat(row_part, deg)  # (e,)
-                src_new = orig_to_new[indices]  # (e,)
-                del indices
-                order, offsets = group_by(entry_part, k)  # stable: rows stay in order, entries in row order
-                grouped = src_new[order]
-                del order, src_new, entry_part
-                in_edges += np.diff(offsets)
-                for p in np.flatnonzero(np.diff(offsets)):
-                    edges_out[p].write(grouped[offsets[p]:offsets[p + 1]])
-                bar.update(r)
+                in_edges += _route_block(first, indptr, indices, parts, orig_to_new, in_new, rows_out, edges_out, k)
+                bar.update(indptr.shape[0] - 1)
+                del indptr, indices  # before the next block is read
         for w in rows_out + edges_out:
             w.close()
     except BaseException:
@@ -127,6 +111,42 @@ def route_rows(csr: DiskCSR, parts: np.ndarray, orig_to_new: np.ndarray, bounds:
     buckets.in_edges = in_edges
     scratch.note()
     return buckets, in_new
+
+
+def _route_block(first, indptr, indices, parts, orig_to_new, in_new, rows_out, edges_out, k) -> np.ndarray:
+    """One CSR block of `route_rows` (a function, so that its temporaries are gone before the next block);
+    returns its entries per part."""
+    r = indptr.shape[0] - 1
+    deg = np.diff(indptr)  # (r,)
+    row_part = parts[first:first + r]  # (r,)
+    scatter_into(in_new, orig_to_new[first:first + r], deg)
+    order, offsets = group_by(row_part, k)  # rows of each part, in original order
+    ids = order + first  # (r,) original ids grouped by part
+    del order
+    for p in np.flatnonzero(np.diff(offsets)):
+        rows_out[p].write(ids[offsets[p]:offsets[p + 1]])
+    del ids
+    entry_part = np.repeat(row_part, deg)  # (e,)
+    src_new = orig_to_new[indices]  # (e,)
+    order, offsets = group_by(entry_part, k)  # stable: rows stay in order, entries in row order
+    del entry_part
+    grouped = src_new[order]
+    del order, src_new
+    for p in np.flatnonzero(np.diff(offsets)):
+        edges_out[p].write(grouped[offsets[p]:offsets[p + 1]])
+    return np.diff(offsets)
+
+
+def _route_chunk(lo, chunk, parts, outs, k, counts, is_train) -> None:
+    """One chunk of a node array for `route_node_data` (its temporaries gone on return)."""
+    order, offsets = group_by(parts[lo:lo + chunk.shape[0]], k)
+    grouped = chunk[order]
+    del order
+    for p in np.flatnonzero(np.diff(offsets)):
+        piece = grouped[offsets[p]:offsets[p + 1]]
+        outs[p].write(piece)
+        if is_train:
+            counts[p] += int(np.count_nonzero(piece))
 
 
 def route_node_data(nodes: NodeArrays, parts: np.ndarray, buckets: PartBuckets, plan: MemoryPlan, *,
@@ -142,15 +162,9 @@ def route_node_data(nodes: NodeArrays, parts: np.ndarray, buckets: PartBuckets, 
         try:
             with progress_bar(total=nodes.num_nodes, desc=name, unit="node", enabled=progress) as bar:
                 for lo, chunk in nodes.iter_rows(name, plan.node_rows(nodes.row_bytes(name))):
-                    order, offsets = group_by(parts[lo:lo + chunk.shape[0]], k)
-                    grouped = chunk[order]
-                    del chunk, order
-                    for p in np.flatnonzero(np.diff(offsets)):
-                        piece = grouped[offsets[p]:offsets[p + 1]]
-                        outs[p].write(piece)
-                        if name == "train_mask":
-                            counts[p] += int(np.count_nonzero(piece))
-                    bar.update(grouped.shape[0])
+                    _route_chunk(lo, chunk, parts, outs, k, counts, name == "train_mask")
+                    bar.update(chunk.shape[0])
+                    del chunk  # before the next chunk is read
             for w in outs:
                 w.close()
         except BaseException:
