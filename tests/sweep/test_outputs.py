@@ -43,7 +43,8 @@ THEIRS = {"mine.txt": "someone's notes\n", "meta.json": '{"title": "my notes"}\n
 
 @dataclass(frozen=True)
 class Output:
-    """One output flag: its command line with ``{out}`` where the path goes, and its kind (module docstring)."""
+    """One output flag: its command line with ``{out}`` where the path goes (``{sandbox}``: the folder the targets
+    are made in, for another output the command needs), and its kind (module docstring)."""
 
     name: str
     kind: str
@@ -60,6 +61,12 @@ _TGN = ("train", "tgn", "--events", "{inputs}/events.csv", "--epochs", "1", "--m
 OUTPUTS = [
     Output("partition --out", "folder", ("partition", "{inputs}/g.txt", "--parts", "2", "--method", "random",
                                          "--out", "{out}", "--overwrite")),
+    Output("partition --memory-budget --out", "folder", ("partition", "{inputs}/g.txt", "--parts", "2", "--method",
+                                                         "random", "--memory-budget", "512MiB", "--out", "{out}",
+                                                         "--overwrite")),
+    Output("partition --memory-budget --tmp-dir", "into", ("partition", "{inputs}/g.txt", "--parts", "2", "--method",
+                                                           "random", "--memory-budget", "512MiB", "--tmp-dir",
+                                                           "{out}", "--out", "{sandbox}/parts")),
     Output("preprocess criteo --out", "folder", ("preprocess", "criteo", "{inputs}/day_0.txt", "--out", "{out}",
                                                  "--overwrite")),
     Output("preprocess clicks --out", "folder", ("preprocess", "clicks", "--train", "20", "--val", "5", "--test",
@@ -146,7 +153,7 @@ def test_an_output_never_replaces_what_it_did_not_create(inputs, tmp_path, devic
     expected = EXPECTED[output.kind, target]
     with _target(target, where, device_nodes) as (path, got):
         before = _snapshot(path)
-        argv = [a.format(inputs=inputs, out=path) for a in output.argv]
+        argv = [a.format(inputs=inputs, out=path, sandbox=where) for a in output.argv]
         err, out = io.StringIO(), io.StringIO()
         with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
             code = main(argv)

@@ -77,6 +77,9 @@ class OutOfCoreConfig:
             raise ConfigError(f"OutOfCoreConfig.baseline must be >= 0 bytes, got {self.baseline}")
         if self.tmp_dir is not None:
             object.__setattr__(self, "tmp_dir", Path(self.tmp_dir))
+            if self.tmp_dir.exists() and not self.tmp_dir.is_dir():  # a file, a FIFO, a device: never written
+                raise ConfigError(f"tmp dir {self.tmp_dir} (--tmp-dir) is not a folder; expected a folder to make "
+                                  "the temporary folder in", field="tmp_dir")
 
 
 def id_bytes(num_nodes: int) -> int:
