@@ -21,7 +21,7 @@ def test_without_a_name_it_lists_every_benchmark(capsys):
 
 
 def test_unknown_benchmark_is_a_one_line_error(cli_fails):
-    cli_fails(["bench", "speed"], "haloflow bench: error: unknown benchmark 'speed'", "partition, gcn, gcn-dist")
+    cli_fails(["bench", "speed"], "haloflow bench: error: unknown benchmark 'speed'", "partition, partition-ooc, gcn, gcn-dist")
 
 
 def test_a_small_run_writes_its_json(tmp_path, capsys):
