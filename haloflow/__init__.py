@@ -8,9 +8,13 @@ on first use, so ``import haloflow`` stays cheap::
     result = haloflow.train_gcn(haloflow.GCNTrainConfig(partitions="parts"))
 """
 
-from haloflow._lazy import lazy_getattr
-from haloflow.engine.families import lazy_names
-from haloflow.errors import (
+from haloflow import _openmp
+
+_openmp.apply_defaults()  # first: before anything loads torch and its OpenMP runtime (see haloflow/_openmp.py)
+
+from haloflow._lazy import lazy_getattr  # noqa: E402
+from haloflow.engine.families import lazy_names  # noqa: E402
+from haloflow.errors import (  # noqa: E402
     CheckpointError,
     ConfigError,
     DistributedError,

@@ -31,13 +31,14 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from haloflow._openmp import wait_policy
 from haloflow.engine.checkpoint import CheckpointConfig, Checkpointer
 from haloflow.engine.comm import register_peers
 from haloflow.errors import ConfigError
 from haloflow.utils.atomic import atomic_output, open_stream, reporting_full_disk
 from haloflow.utils.config_flags import nested, option
 from haloflow.utils.progress import progress_bar
-from haloflow.utils.threads import follow_torch_threads
+from haloflow.utils.threads import ThreadBudget, cores_here, follow_torch_threads
 
 __all__ = [
     "DEVICES", "ParallelLayout", "expect_parts", "resolve_device", "init_from_env", "shutdown", "RuntimeConfig", "Runtime",
@@ -277,11 +278,21 @@ class Runtime:
         if not join:
             layout = ParallelLayout(rank=0, world_size=1, local_rank=0, device=resolve_device(config.device),
                                     backend=None, group=None)
-            return cls(config, layout, owns_group=False, t0=t0)
+            return cls(config, layout, owns_group=False, t0=t0)._say_threads()
         owns = not dist.is_initialized()
         layout = init_from_env(timeout_s=config.timeout_s, device=config.device, force_distributed=distributed)
         register_peers(layout.group, _roll_call_store())  # so a failed collective can name the rank gone silent
-        return cls(config, layout, owns_group=owns and layout.distributed, t0=t0)
+        return cls(config, layout, owns_group=owns and layout.distributed, t0=t0)._say_threads()
+
+    def _say_threads(self) -> "Runtime":
+        """The start-up line (rank 0): ranks x threads against the cores, and how idle threads wait; a warning
+        when the threads outnumber the cores, with the setting that fits."""
+        if self.layout.is_main:
+            budget = self.thread_budget
+            log.info("%s; OpenMP threads wait: %s", budget.describe(), wait_policy())
+            if budget.oversubscribed:
+                log.warning("oversubscribed: %s", budget.advice())
+        return self
 
     def checkpointer(self, kind: str, identity: dict) -> Checkpointer:
         """This run's checkpoints (``config.checkpoint``): what to resume from, when and where to save."""
@@ -292,12 +303,18 @@ class Runtime:
         """Threads this rank computes with (OMP_NUM_THREADS under torchrun: the cores divided among the ranks)."""
         return torch.get_num_threads()
 
+    @property
+    def thread_budget(self) -> ThreadBudget:
+        """The ranks on this machine (torchrun's LOCAL_WORLD_SIZE) x this rank's threads, against its cores."""
+        here = _env_int("LOCAL_WORLD_SIZE", self.layout.world_size) if self.layout.distributed else 1
+        return ThreadBudget(ranks=here, threads=self.threads, cores=cores_here())
+
     def describe(self) -> str:
         """``"2 ranks x 1 thread, gloo on cpu"``: what a person needs to read the timings."""
         lay = self.layout
         ranks = f"{lay.world_size} rank{'s' if lay.world_size > 1 else ''}"
         return (f"{ranks} x {self.threads} thread{'s' if self.threads > 1 else ''}, "
-                f"{lay.backend or 'no group'} on {lay.device.type} ({os.cpu_count()} cores here)")
+                f"{lay.backend or 'no group'} on {lay.device.type} ({cores_here()} cores here)")
 
     def started(self) -> float:
         """Mark the end of start-up (group, data, model, first checks); returns the start-up seconds."""
@@ -356,7 +373,7 @@ class TrainResult:
         lay = self.layout
         per = [["train s per epoch", self.train_s / epochs]] if epochs else []
         per += [["train s per step", self.train_s / steps]] if steps else []
-        run = [["ranks x threads", f"{lay.world_size} x {self.threads} ({os.cpu_count()} cores here)"],
+        run = [["ranks x threads", f"{lay.world_size} x {self.threads} ({cores_here()} cores here)"],
                ["device", f"{lay.device} ({lay.backend or 'one process'})"],
                ["start-up s", self.startup_s], ["train s", self.train_s], *per]
         return format_table(["", "value"], [[k, v] for k, v in rows + run], float_fmt=".4f", title=title)

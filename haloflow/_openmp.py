@@ -1,0 +1,66 @@
+"""How OpenMP's idle threads wait, chosen as haloflow is imported: before torch loads its OpenMP runtime.
+
+::
+
+    import haloflow      OMP_WAIT_POLICY=PASSIVE, unless the environment already says how to wait
+                         (OMP_WAIT_POLICY, GOMP_SPINCOUNT or KMP_BLOCKTIME set: left alone)
+    import torch         torch's libgomp reads the policy once, as it loads
+    numba prange         runs on that same runtime: numba's omppool resolves GOMP_parallel to the libgomp torch
+                         put in the global scope, so its kernels use torch's worker threads (one pool, one policy;
+                         haloflow/utils/threads.py)
+    child processes      torchrun's ranks, benchmark workers: inherit the variable
+
+Why. libgomp's default is to spin: a thread that has finished its share of a parallel region polls for the next
+one for up to 300,000 pause instructions (GOMP_SPINCOUNT; 20-30 ns each here, so 6-9 ms) before it sleeps on a
+futex. A DLRM step of batch 128 opens about 90 parallel regions (two voluntary context switches each once the
+threads sleep), far closer together than that, so torch's worker thread never slept: /proc/self/task showed it
+with as much user time as the main thread (5.1-10.2 s each over 60 steps). With busy co-tenant processes on the
+cores it takes the timeslices the main thread needs: in one sitting a step took 120-780 ms spinning against
+9-29 ms passive, with 12.4 s of user time against 0.4 s over 40 steps. A passive thread sleeps at once; woken,
+it preempts a busy co-tenant (the scheduler favours a thread that slept), which is also why 2 passive threads
+under load beat 1 (16 ms against 72-82 ms).
+
+A process that imported torch before haloflow keeps torch's choice (a runtime reads its environment once);
+``wait_policy()`` says so, and the runtime's start-up line shows it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+__all__ = ["apply_defaults", "wait_policy", "caller_environ"]
+
+DEFAULTS = {"OMP_WAIT_POLICY": "PASSIVE"}
+# Any of these set by the caller means "the caller has chosen how OpenMP waits".
+CHOSEN_BY = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME")
+
+_added: dict[str, str] = {}  # what apply_defaults put into os.environ
+_torch_first = False  # torch (and its OpenMP runtime) was loaded before apply_defaults ran
+
+
+def apply_defaults() -> None:
+    """Set OMP_WAIT_POLICY=PASSIVE unless the environment has chosen; once, from ``haloflow/__init__``."""
+    global _torch_first
+    if _added or any(name in os.environ for name in CHOSEN_BY):
+        return
+    _torch_first = "torch" in sys.modules
+    for name, value in DEFAULTS.items():
+        os.environ[name] = value
+        _added[name] = value
+
+
+def wait_policy() -> str:
+    """How torch's OpenMP threads wait in this process, for the start-up line: ``"passive"``, the caller's own
+    setting (``"OMP_WAIT_POLICY=ACTIVE (the environment's)"``), or a note that torch came first and spins."""
+    if _torch_first:
+        return "spinning (torch was imported before haloflow; set OMP_WAIT_POLICY=PASSIVE to yield)"
+    if _added:
+        return "passive"
+    chosen = [f"{name}={os.environ[name]}" for name in CHOSEN_BY if name in os.environ]
+    return f"{', '.join(chosen)} (the environment's)" if chosen else "OpenMP's default (spinning)"
+
+
+def caller_environ() -> dict[str, str]:
+    """``os.environ`` less what ``apply_defaults`` added: the environment a plain PyTorch program would see."""
+    return {k: v for k, v in os.environ.items() if _added.get(k) != v}
