@@ -34,92 +34,115 @@ DEFAULT_EVENTS = "temporal/jodie_wikipedia_edges.csv"
 
 
 # ------------------------------------------------------------------------------------------------ PyG's TGN
-def pyg_tgn(events, train_ids, eval_parts, eval_neg, train_neg, epochs: int, seed: int, *, mrr_negatives: int = 20,
-            mrr_events: int = 2000) -> dict:
-    """PyG's examples/tgn.py on our stream and splits; returns events/s and AP per epoch."""
-    from torch.nn import Linear
-    from torch_geometric.nn import TransformerConv
-    from torch_geometric.nn.models.tgn import IdentityMessage, LastAggregator, LastNeighborLoader, TGNMemory
+class PygTGN:
+    """PyG's examples/tgn.py on our stream: ``TGNMemory`` (identity message, last aggregator), a
+    ``LastNeighborLoader(size=10)``, a 2-head ``TransformerConv`` embedding, the link predictor; Adam lr 1e-4.
 
-    from haloflow.models.temporal_metrics import average_precision, mean_reciprocal_rank
+    ``batch(ids, neg, train)`` is one step of the example on the events ``ids`` (stream numbering) with one
+    negative destination each; ``reset()`` empties the memory and the neighbour lists (a new epoch).
+    """
 
-    torch.manual_seed(seed)
-    n, dim = events.num_nodes, 100
-    msg_all = torch.from_numpy(events.edge_feat) if events.edge_dim else torch.zeros(events.num_events, 1)
-    t_all = torch.from_numpy(events.t.astype(np.int64))
-    src_all, dst_all = torch.from_numpy(events.src.copy()), torch.from_numpy(events.dst.copy())
+    def __init__(self, events, seed: int, *, dim: int = 100, neighbors: int = 10):
+        from torch.nn import Linear
+        from torch_geometric.nn import TransformerConv
+        from torch_geometric.nn.models.tgn import IdentityMessage, LastAggregator, LastNeighborLoader, TGNMemory
 
-    class Embedding(torch.nn.Module):
-        def __init__(self, time_enc):
-            super().__init__()
-            self.time_enc = time_enc
-            self.conv = TransformerConv(dim, dim // 2, heads=2, dropout=0.1, edge_dim=msg_all.shape[1] + dim)
+        torch.manual_seed(seed)
+        n = events.num_nodes
+        self.msg_all = msg_all = (torch.from_numpy(events.edge_feat) if events.edge_dim
+                                  else torch.zeros(events.num_events, 1))
+        self.t_all = torch.from_numpy(events.t.astype(np.int64))
+        self.src_all, self.dst_all = torch.from_numpy(events.src.copy()), torch.from_numpy(events.dst.copy())
 
-        def forward(self, x, last_update, edge_index, t, msg):
-            rel_t = last_update[edge_index[0]] - t
-            return self.conv(x, edge_index, torch.cat([self.time_enc(rel_t.to(x.dtype)), msg], dim=-1))
+        class Embedding(torch.nn.Module):
+            def __init__(self, time_enc):
+                super().__init__()
+                self.time_enc = time_enc
+                self.conv = TransformerConv(dim, dim // 2, heads=2, dropout=0.1, edge_dim=msg_all.shape[1] + dim)
 
-    class Predictor(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.lin_src, self.lin_dst, self.lin_final = Linear(dim, dim), Linear(dim, dim), Linear(dim, 1)
+            def forward(self, x, last_update, edge_index, t, msg):
+                rel_t = last_update[edge_index[0]] - t
+                return self.conv(x, edge_index, torch.cat([self.time_enc(rel_t.to(x.dtype)), msg], dim=-1))
 
-        def forward(self, z_src, z_dst):
-            return self.lin_final((self.lin_src(z_src) + self.lin_dst(z_dst)).relu())
+        class Predictor(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.lin_src, self.lin_dst, self.lin_final = Linear(dim, dim), Linear(dim, dim), Linear(dim, 1)
 
-    raw = msg_all.shape[1]
-    memory = TGNMemory(n, raw, dim, dim, message_module=IdentityMessage(raw, dim, dim),
-                       aggregator_module=LastAggregator())
-    gnn, pred = Embedding(memory.time_enc), Predictor()
-    params = set(memory.parameters()) | set(gnn.parameters()) | set(pred.parameters())
-    opt = torch.optim.Adam(params, lr=1e-4)
-    loader = LastNeighborLoader(n, size=10)
-    assoc = torch.empty(n, dtype=torch.long)
-    # The loader numbers events in the order they are inserted (e_id), which is not the stream's numbering once
-    # training skips the held-out nodes' events: keep the map, or neighbours get other events' times.
-    inserted = torch.empty(events.num_events, dtype=torch.long)
-    cursor = [0]
-    bce = torch.nn.BCEWithLogitsLoss()
+            def forward(self, z_src, z_dst):
+                return self.lin_final((self.lin_src(z_src) + self.lin_dst(z_dst)).relu())
 
-    def run_batch(ids: np.ndarray, neg: np.ndarray, train: bool, store: bool = True):
+        raw = msg_all.shape[1]
+        self.memory = TGNMemory(n, raw, dim, dim, message_module=IdentityMessage(raw, dim, dim),
+                                aggregator_module=LastAggregator())
+        self.gnn, self.pred = Embedding(self.memory.time_enc), Predictor()
+        params = set(self.memory.parameters()) | set(self.gnn.parameters()) | set(self.pred.parameters())
+        self.opt = torch.optim.Adam(params, lr=1e-4)
+        self.loader = LastNeighborLoader(n, size=neighbors)
+        self.assoc = torch.empty(n, dtype=torch.long)
+        # The loader numbers events in the order they are inserted (e_id), which is not the stream's numbering once
+        # training skips the held-out nodes' events: keep the map, or neighbours get other events' times.
+        self.inserted = torch.empty(events.num_events, dtype=torch.long)
+        self.cursor = 0
+        self.bce = torch.nn.BCEWithLogitsLoss()
+
+    def reset(self) -> None:
+        self.memory.reset_state()
+        self.loader.reset_state()
+        self.cursor = 0
+
+    def train(self, mode: bool = True) -> None:
+        for module in (self.memory, self.gnn, self.pred):
+            module.train(mode)
+
+    def batch(self, ids: np.ndarray, neg: np.ndarray, train: bool, store: bool = True):
+        """One batch: scores of (src, dst) and (src, neg); with ``train`` a loss, backward and Adam step; with
+        ``store`` the batch goes into the memory and the neighbour lists. Returns (pos, neg) logits, detached."""
         idx = torch.from_numpy(ids)
-        src, dst, t, msg = src_all[idx], dst_all[idx], t_all[idx], msg_all[idx]
+        src, dst, t, msg = self.src_all[idx], self.dst_all[idx], self.t_all[idx], self.msg_all[idx]
         neg_t = torch.from_numpy(neg)
         n_id = torch.cat([src, dst, neg_t]).unique()
-        n_id, edge_index, e_id = loader(n_id)
-        assoc[n_id] = torch.arange(n_id.size(0))
-        z, last_update = memory(n_id)
-        gid = inserted[e_id]  # stream ids of the neighbour events
-        z = gnn(z, last_update, edge_index, t_all[gid], msg_all[gid])
-        pos = pred(z[assoc[src]], z[assoc[dst]]).squeeze(1)
-        negs = pred(z[assoc[src]], z[assoc[neg_t]]).squeeze(1)
+        n_id, edge_index, e_id = self.loader(n_id)
+        self.assoc[n_id] = torch.arange(n_id.size(0))
+        z, last_update = self.memory(n_id)
+        gid = self.inserted[e_id]  # stream ids of the neighbour events
+        z = self.gnn(z, last_update, edge_index, self.t_all[gid], self.msg_all[gid])
+        assoc = self.assoc
+        pos = self.pred(z[assoc[src]], z[assoc[dst]]).squeeze(1)
+        negs = self.pred(z[assoc[src]], z[assoc[neg_t]]).squeeze(1)
         if not store:  # score only (the MRR's extra negatives): the memory and the neighbours stay as they are
             return pos.detach(), negs.detach()
         if train:
-            loss = bce(pos, torch.ones_like(pos)) + bce(negs, torch.zeros_like(negs))
-        memory.update_state(src, dst, t, msg)
-        loader.insert(src, dst)
-        inserted[cursor[0]:cursor[0] + idx.numel()] = idx
-        cursor[0] += idx.numel()
+            loss = self.bce(pos, torch.ones_like(pos)) + self.bce(negs, torch.zeros_like(negs))
+        self.memory.update_state(src, dst, t, msg)
+        self.loader.insert(src, dst)
+        self.inserted[self.cursor:self.cursor + idx.numel()] = idx
+        self.cursor += idx.numel()
         if train:
-            opt.zero_grad()
+            self.opt.zero_grad()
             loss.backward()
-            opt.step()
-            memory.detach()
+            self.opt.step()
+            self.memory.detach()
         return pos.detach(), negs.detach()
 
+
+def pyg_tgn(events, train_ids, eval_parts, eval_neg, train_neg, epochs: int, seed: int, *, mrr_negatives: int = 20,
+            mrr_events: int = 2000) -> dict:
+    """PyG's examples/tgn.py on our stream and splits; returns events/s and AP per epoch."""
+    from haloflow.models.temporal_metrics import average_precision, mean_reciprocal_rank
+
+    model = PygTGN(events, seed)
+    run_batch = model.batch
     out = {"epochs": []}
     for epoch in range(epochs):
-        memory.reset_state()
-        loader.reset_state()
-        cursor[0] = 0
-        memory.train(), gnn.train(), pred.train()
+        model.reset()
+        model.train()
         t0 = time.perf_counter()
         for s in range(0, train_ids.shape[0], 200):
             ids = train_ids[s:s + 200]
             run_batch(ids, train_neg.sample(ids, stream=epoch), True)
         train_s = time.perf_counter() - t0
-        memory.eval(), gnn.eval(), pred.eval()
+        model.train(False)
         scores = {}
         with torch.no_grad():
             for part, (ids_all, new_mask) in eval_parts.items():

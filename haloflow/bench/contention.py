@@ -1,0 +1,258 @@
+"""Shared cores: each training step's slowdown under busy co-tenant processes, haloflow's against plain PyTorch's.
+
+    haloflow bench contention [--load 2] [--threads 1 2] [--rounds 5] [--steps 10] [--families gcn dlrm tgn]
+
+The same GCN, DLRM and TGN steps on both sides (``contention_steps.py``), each side in worker processes of its
+own, one per thread count, so that each side's OpenMP runtime starts as its users' would: haloflow's imports
+haloflow first (its wait policy, ``haloflow/_openmp.py``); the peer's imports torch first, in the caller's
+environment less haloflow's defaults (stock PyTorch). The co-tenants are ``--load`` processes running
+``while True: pass``, started and killed by the benchmark::
+
+    parent (no torch)                     workers: haloflow x {1, 2 threads}, peer x {1, 2 threads}
+    for round r:                          each built its steps, warmed them up, said "ready"
+      for load in (0, N) (order alternates):
+        start N spinners (load > 0), wait until they run
+        for family, threads, side (order alternates):
+          "run FAMILY S" -------------------> S steps, each timed --> the S times back
+        kill the spinners
+
+Reported per family and thread count: the median step quiet and loaded, slowdown = loaded / quiet, haloflow's
+slowdown over the peer's, and under load the 2-thread step over the 1-thread step. Targets (issue 16): at 2
+threads haloflow's slowdown <= the peer's, and haloflow's 2-thread step under load no slower than its 1-thread one.
+The load average before and after goes into the JSON: the machine's other work is part of every number.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from haloflow._openmp import caller_environ
+from haloflow.utils.atomic import atomic_write_text
+from haloflow.utils.table import format_table
+
+SIDES = ("haloflow", "peer")
+REPLY = "@contention "  # prefix of a worker's protocol lines on stdout (anything else there is ignored)
+# The peer imports torch before haloflow, so that torch's OpenMP runtime reads the caller's environment alone.
+PEER_BOOT = "import sys, torch; from haloflow.bench.contention import main; sys.exit(main(sys.argv[1:]))"
+
+
+# ------------------------------------------------------------------------------------------------ co-tenants
+def _spin(running) -> None:  # pragma: no cover - runs in the co-tenant process
+    running.set()
+    while True:
+        pass
+
+
+class CoTenants:
+    """``n`` busy processes for the ``with`` block (none for n = 0); entered once they all run."""
+
+    def __init__(self, n: int):
+        self.n, self.procs = n, []
+
+    def __enter__(self) -> "CoTenants":
+        ctx = multiprocessing.get_context("fork")  # a bare loop: nothing to re-import
+        for _ in range(self.n):
+            running = ctx.Event()
+            proc = ctx.Process(target=_spin, args=(running,), daemon=True)
+            proc.start()
+            running.wait(30)
+            self.procs.append(proc)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for proc in self.procs:
+            proc.kill()
+        for proc in self.procs:
+            proc.join()
+        self.procs = []
+
+
+# ------------------------------------------------------------------------------------------------ workers
+class Worker:
+    """One worker process: a side at a thread count, holding every family's step; ``run`` times S steps."""
+
+    def __init__(self, side: str, threads: int, args):
+        opts = ["--worker", side, "--size", args.size, "--warmup", str(args.warmup), "--seed", str(args.seed),
+                "--families", *args.families]
+        argv = ([sys.executable, "-m", "haloflow.bench.contention", *opts] if side == "haloflow"
+                else [sys.executable, "-c", PEER_BOOT, *opts])
+        env = {**caller_environ(), "OMP_NUM_THREADS": str(threads)}
+        self.side, self.threads = side, threads
+        self.stderr = tempfile.TemporaryFile(mode="w+")
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr,
+                                     env=env, text=True, bufsize=1)
+        self.info: dict | None = None
+
+    def wait_ready(self) -> dict:
+        self.info = self._reply()
+        return self.info
+
+    def run(self, family: str, steps: int) -> list[float]:
+        self.proc.stdin.write(f"run {family} {steps}\n")
+        self.proc.stdin.flush()
+        return self._reply()["times"]
+
+    def _reply(self) -> dict:
+        for line in self.proc.stdout:
+            if line.startswith(REPLY):
+                return json.loads(line[len(REPLY):])
+        self.stderr.seek(0)
+        raise RuntimeError(f"{self.side} worker ({self.threads} threads) exited with {self.proc.wait()}:\n"
+                           f"{self.stderr.read()[-3000:]}")
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.stdin.close()
+            self.proc.wait(60)
+        self.stderr.close()
+
+
+def serve(args) -> int:
+    """The worker's side of the protocol: build the steps, warm up, then answer "run FAMILY S" until EOF."""
+    import torch
+
+    from haloflow._openmp import wait_policy
+    from haloflow.bench.contention_steps import SIZES, build_step
+
+    threads = torch.get_num_threads()  # OMP_NUM_THREADS, as the parent set it
+    steps, missing = {}, {}
+    for family in args.families:
+        try:
+            steps[family] = build_step(family, args.worker, SIZES[args.size], args.seed)
+        except ImportError as err:  # a peer's library (PyG) is not installed
+            missing[family] = str(err).splitlines()[0]
+            continue
+        for _ in range(args.warmup):
+            steps[family]()
+    # numba's first parallel kernel (a graph's or a sampler's, while building) sets the OpenMP thread count that
+    # torch shares to all cores (haloflow/utils/threads.py): give both sides their count back
+    torch.set_num_threads(threads)
+    _say({"threads": torch.get_num_threads(), "wait_policy": wait_policy(), "families": sorted(steps),
+          "missing": missing})
+    for line in sys.stdin:
+        _, family, count = line.split()
+        times = []
+        for _ in range(int(count)):
+            t0 = time.perf_counter()
+            steps[family]()
+            times.append(time.perf_counter() - t0)
+        _say({"times": times})
+    return 0
+
+
+def _say(reply: dict) -> None:
+    print(REPLY + json.dumps(reply), flush=True)
+
+
+# ------------------------------------------------------------------------------------------------ driver
+def measure(args) -> dict:
+    """Every (family, side, threads, load): the step times of all rounds, in seconds."""
+    workers = {(side, t): Worker(side, t, args) for side in SIDES for t in args.threads}
+    try:
+        info = {f"{side} x{t}": w.wait_ready() for (side, t), w in workers.items()}
+        times: dict[tuple, list[float]] = {}
+        loads = (0, args.load)
+        for r in range(args.rounds):
+            for load in loads if r % 2 == 0 else loads[::-1]:
+                with CoTenants(load):
+                    for family in args.families:
+                        for t in args.threads:
+                            for side in SIDES if (r + t) % 2 == 0 else SIDES[::-1]:
+                                if family in workers[side, t].info["families"]:
+                                    got = workers[side, t].run(family, args.steps)
+                                    times.setdefault((family, side, t, load), []).extend(got)
+    finally:
+        for w in workers.values():
+            w.close()
+    return {"workers": info, "times": times}
+
+
+def summarize(times: dict, args) -> list[dict]:
+    """One row per family and thread count, in ms and ratios (None where a side did not run)."""
+    rows = []
+    for family in args.families:
+        med = {key[1:]: 1e3 * statistics.median(v) for key, v in times.items() if key[0] == family}
+        for t in args.threads:
+            row = {"family": family, "threads": t}
+            for side in SIDES:
+                quiet, loaded = med.get((side, t, 0)), med.get((side, t, args.load))
+                row[f"{side}_quiet_ms"], row[f"{side}_loaded_ms"] = quiet, loaded
+                row[f"{side}_slowdown"] = loaded / quiet if quiet and loaded else None
+                one = med.get((side, 1, args.load))
+                row[f"{side}_loaded_vs_1_thread"] = loaded / one if t != 1 and one and loaded else None
+            h, p = row["haloflow_slowdown"], row["peer_slowdown"]
+            row["slowdown_vs_peer"] = h / p if h and p else None
+            if t == max(args.threads) and t > 1:  # issue 16's targets, on the multi-thread row
+                row["target_slowdown_met"] = None if row["slowdown_vs_peer"] is None else row["slowdown_vs_peer"] <= 1
+                vs1 = row["haloflow_loaded_vs_1_thread"]
+                row["target_threads_met"] = None if vs1 is None else vs1 <= 1
+            rows.append(row)
+    return rows
+
+
+def _table(rows: list[dict], args) -> str:
+    def met(row):
+        flags = [row.get("target_slowdown_met"), row.get("target_threads_met")]
+        return "-" if all(f is None for f in flags) else " / ".join({True: "met", False: "NOT met", None: "?"}[f]
+                                                                      for f in flags)
+
+    body = [[r["family"], r["threads"], r["haloflow_quiet_ms"], r["haloflow_loaded_ms"], r["haloflow_slowdown"],
+             r["peer_quiet_ms"], r["peer_loaded_ms"], r["peer_slowdown"], r["slowdown_vs_peer"],
+             r["haloflow_loaded_vs_1_thread"], r["peer_loaded_vs_1_thread"], met(r)] for r in rows]
+    head = ["step", "threads", "haloflow quiet ms", "loaded ms", "slowdown", "peer quiet ms", "loaded ms",
+            "slowdown", "haloflow / peer slowdown", "haloflow loaded vs 1 thread", "peer loaded vs 1 thread",
+            "targets (slowdown / threads)"]
+    return format_table(head, body, float_fmt=".2f",
+                        title=f"{args.load} busy co-tenants on {len(os.sched_getaffinity(0))} cores; median of {args.rounds} rounds "
+                              f"x {args.steps} steps")
+
+
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    from haloflow.bench.contention_steps import FAMILIES, SIZES
+
+    p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
+    p.add_argument("--load", type=int, default=2, help="busy co-tenant processes (while True: pass)")
+    p.add_argument("--threads", type=int, nargs="+", default=[1, 2], help="thread counts of both sides")
+    p.add_argument("--rounds", type=int, default=5, help="rounds, each timing every step quiet and loaded")
+    p.add_argument("--steps", type=int, default=10, help="steps timed per side, family, thread count and round")
+    p.add_argument("--warmup", type=int, default=3, help="untimed steps per family as a worker starts")
+    p.add_argument("--families", nargs="+", choices=FAMILIES, default=list(FAMILIES))
+    p.add_argument("--size", choices=sorted(SIZES), default="small", help="shapes of the steps (tiny: tests)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default="bench-results/contention.json")
+    p.add_argument("--worker", choices=SIDES, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.worker:
+        return serve(args)
+    if args.load < 1 or args.rounds < 1 or args.steps < 1 or min(args.threads) < 1:
+        p.error("--load, --rounds, --steps and --threads must be >= 1")
+    args.threads = sorted(set(args.threads))
+    before = os.getloadavg()
+    measured = measure(args)
+    rows = summarize(measured["times"], args)
+    print(_table(rows, args))
+    after = os.getloadavg()
+    print(f"load average (1, 5, 15 min) before {before[0]:.2f} {before[1]:.2f} {before[2]:.2f}, "
+          f"after {after[0]:.2f} {after[1]:.2f} {after[2]:.2f}")
+    result = {"benchmark": "contention", "load": args.load, "cores": len(os.sched_getaffinity(0)), "size": args.size,
+              "rounds": args.rounds, "steps": args.steps, "threads": args.threads, "families": args.families,
+              "loadavg_before": before, "loadavg_after": after, "workers": measured["workers"], "rows": rows,
+              "times_s": [{"family": f, "side": s, "threads": t, "load": n, "times": v}
+                          for (f, s, t, n), v in measured["times"].items()]}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(args.out, json.dumps(result, indent=1) + "\n")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
