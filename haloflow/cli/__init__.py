@@ -102,8 +102,9 @@ ERROR_DIR_ENV = "HALOFLOW_ERROR_DIR"  # set by `--nproc`'s launcher: ranks leave
 
 def _tell_the_launcher(what: str, text: str = "") -> None:
     """Under haloflow's own launcher, leave a note where it reads them after torchrun ends: ``started``,
-    ``error`` (the one-line message), ``done`` or ``stopped`` (by torchrun's SIGTERM), per attempt and rank. A
-    rank that started and left neither ``done`` nor ``stopped`` died without a word (SIGKILL, a crash)."""
+    ``error`` (the one-line message), ``interrupted`` (where Ctrl-C stopped the run), ``done`` or ``stopped`` (by
+    torchrun's SIGTERM), per attempt and rank. A rank that started and left neither ``done`` nor ``stopped`` died
+    without a word (SIGKILL, a crash)."""
     folder, rank = os.environ.get(ERROR_DIR_ENV), os.environ.get("RANK")
     if folder and rank is not None:
         attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
@@ -130,8 +131,11 @@ def _user_error(prog: str, message: str) -> int:
 def run_command(prog: str, func: Callable[[argparse.Namespace], int | None], args: argparse.Namespace) -> int:
     """Call ``func(args)``; a user's mistake becomes ``prog: error: ...`` on stderr and exit status 2."""
     if os.environ.get(ERROR_DIR_ENV) and os.environ.get("RANK") is not None:
+        from haloflow.engine.launch import die_with_parent
+
         _tell_the_launcher("started")
         signal.signal(signal.SIGTERM, _on_sigterm)
+        die_with_parent()  # torchrun's agent gone (kill -9): SIGTERM, as if it had stopped this rank
     try:
         result = func(args)
     except _USER_ERRORS as err:
@@ -140,8 +144,12 @@ def run_command(prog: str, func: Callable[[argparse.Namespace], int | None], arg
         if err.errno not in (errno.ENOSPC, errno.EDQUOT):
             raise
         return _user_error(prog, f"cannot write {err.filename or 'an output'}: {os.strerror(err.errno).lower()}")
-    except KeyboardInterrupt:
-        print(f"{prog}: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as err:  # the trainer's Interrupted says where the run stood
+        message = str(err) or "interrupted"
+        if os.environ.get(ERROR_DIR_ENV):  # under `--nproc`, the launcher prints one rank's line once
+            _tell_the_launcher("interrupted", message)
+        else:
+            print(f"{prog}: {message}", file=sys.stderr)
         return 130
     finally:
         _tell_the_launcher("done")

@@ -2,12 +2,17 @@
 
 ::
 
-    haloflow train MODEL ... [--nproc K [--max-restarts N]]
+    haloflow train MODEL ... [--nproc K [--max-restarts N] [--nnodes N --node-rank R --rdzv-endpoint HOST:PORT]]
 
 The flags every trainer shares (``--device``, ``--timeout``, ``--log-jsonl``, checkpoints) are ``RuntimeConfig``'s,
 generated with the rest of the trainer's config (``config_args.py``). ``--nproc K`` (outside torchrun) runs
-``torchrun --standalone --nproc-per-node K -m haloflow ARGS`` where ARGS is the command line as typed, less
-``--nproc``: every trainer relaunches the same way, and the ranks parse the same flags the user gave.
+``torchrun --standalone --nproc-per-node K -m haloflow ARGS`` where ARGS is the command line as typed, less the
+flags that start ranks: every trainer relaunches the same way, and the ranks parse the same flags the user gave.
+With ``--nnodes N``, each of N machines runs the same command with its own ``--node-rank``, and the N torchrun
+agents meet at node 0's ``--rdzv-endpoint`` (``launch.NodeLayout``).
+
+The launcher ends with one line of its own: a rank's error (exit 2), a rank that died (exit 1), or, after it
+forwarded a Ctrl-C or SIGTERM to the job (``launch.JobStopped``), where the run stood (exit 128 + signal).
 """
 
 from __future__ import annotations
@@ -15,12 +20,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from haloflow.engine.launch import launch_torchrun
+from haloflow.engine.launch import JobStopped, NodeLayout, launch_torchrun
 from haloflow.engine.runtime import expect_parts as _expect_parts
 from haloflow.errors import ConfigError, HaloflowError
 
@@ -28,14 +34,29 @@ __all__ = ["add_launch_arguments", "relaunch_if_asked", "launch_or_train", "fold
 
 
 def add_launch_arguments(p: argparse.ArgumentParser) -> None:
-    """The flags that start ranks rather than configure one: the ranks never see them (``--nproc`` is dropped
-    from their command line, ``--max-restarts`` goes to torchrun)."""
+    """The flags that start ranks rather than configure one: the ranks never see them (``--nproc`` and the
+    node flags are dropped from their command line, ``--max-restarts`` goes to torchrun)."""
     g = p.add_argument_group("starting ranks")
-    nproc = g.add_argument("--nproc", type=int, metavar="K", help="start K local ranks with torchrun (K = the "
-                           "partition's or the plan's parts); leave it out under your own torchrun")
+    nproc = g.add_argument("--nproc", type=int, metavar="K", help="start K local ranks with torchrun (K x --nnodes "
+                           "= the partition's or the plan's parts); leave it out under your own torchrun")
     nproc.means = "this process alone"  # read by config_args.HelpFormatter
     g.add_argument("--max-restarts", type=int, default=0, metavar="N",
                    help="with --nproc: when a rank dies, restart every rank from the last checkpoint, up to N times")
+    g.add_argument("--nnodes", type=int, default=1, metavar="N",
+                   help="with --nproc: a job of N machines, each running this command with its own --node-rank")
+    g.add_argument("--node-rank", type=int, default=0, metavar="R",
+                   help="with --nnodes: this machine's number, 0 .. N-1; node 0 hosts the rendezvous")
+    g.add_argument("--rdzv-endpoint", metavar="HOST:PORT",
+                   help="with --nnodes: node 0's address and a free port there, the same on every node")
+
+
+def _nodes(args: argparse.Namespace) -> NodeLayout:
+    """The machines ``--nnodes``, ``--node-rank`` and ``--rdzv-endpoint`` describe (checked)."""
+    nodes = NodeLayout(nnodes=args.nnodes, node_rank=args.node_rank, rdzv_endpoint=args.rdzv_endpoint)
+    if nodes != NodeLayout() and args.nproc is None:
+        raise ConfigError("--nnodes, --node-rank and --rdzv-endpoint say where the ranks --nproc starts run; give "
+                          "--nproc K (the ranks on each machine)", field="nnodes")
+    return nodes
 
 
 def _check_restarts(args: argparse.Namespace, config) -> None:
@@ -62,26 +83,52 @@ def relaunch_if_asked(args: argparse.Namespace) -> int | None:
 
     from haloflow.engine.torchrun_main import REPORT_ENV
 
+    nodes = _nodes(args)
+    world = args.nproc * nodes.nnodes
     with tempfile.TemporaryDirectory(prefix="haloflow-ranks-") as notes:
         env = {ERROR_DIR_ENV: notes, REPORT_ENV: str(Path(notes, "torchrun.json"))}
-        status = launch_torchrun(args.nproc, ["-m", "haloflow", *_without_nproc(args.argv)], env=env,
-                                 max_restarts=args.max_restarts, report=True).returncode
+        try:
+            status = launch_torchrun(args.nproc, ["-m", "haloflow", *_without_launch_flags(args.argv)], env=env,
+                                     max_restarts=args.max_restarts, report=True, nodes=nodes).returncode
+        except JobStopped as stop:
+            return _report_stop(Path(notes), f"haloflow {args.command}", stop.signum)
         if status != 0:
-            return _report_failure(Path(notes), args.nproc, args.max_restarts, status)
+            return _report_failure(Path(notes), world, args.max_restarts, status)
     return status
+
+
+def _notes(notes: Path, what: str, attempt: int) -> dict[int, Path]:
+    """The ranks' notes of one kind in one attempt, by rank (``haloflow.cli._tell_the_launcher`` writes them)."""
+    return {int(p.stem.rsplit("rank", 1)[1]): p for p in notes.glob(f"{what}-a{attempt}-rank*.txt")}
+
+
+def _last_attempt(notes: Path) -> int | None:
+    attempts = [int(p.stem.split("-a", 1)[1].split("-", 1)[0]) for p in notes.glob("started-a*-rank*.txt")]
+    return max(attempts, default=None)
+
+
+def _report_stop(notes: Path, prog: str, signum: int) -> int:
+    """After the launcher passed SIGINT or SIGTERM on and the job ended: one line, and exit 128 + signal. Ctrl-C
+    repeats what the lowest rank said (``interrupted at epoch E; last checkpoint: DIR``); SIGTERM ends the ranks
+    at once (``haloflow.cli._on_sigterm``), so it says only that."""
+    last = _last_attempt(notes)
+    said = _notes(notes, "interrupted", last) if last is not None else {}
+    if signum == signal.SIGINT:
+        line = said[min(said)].read_text() if said else "interrupted"
+    else:
+        line = f"stopped by {signal.Signals(signum).name}"
+    print(f"{prog}: {line}", file=sys.stderr)
+    return 128 + signum
 
 
 def _report_failure(notes: Path, nproc: int, max_restarts: int, status: int) -> int:
     """After torchrun failed: name the rank that died without a word (exit 1), or repeat the first rank's one-line
-    error (a user's mistake: exit 2). The ranks' notes come from ``haloflow.cli._tell_the_launcher``."""
-    def ranks(what: str, attempt: int) -> dict[int, Path]:
-        return {int(p.stem.rsplit("rank", 1)[1]): p for p in notes.glob(f"{what}-a{attempt}-rank*.txt")}
-
-    attempts = [int(p.stem.split("-a", 1)[1].split("-", 1)[0]) for p in notes.glob("started-a*-rank*.txt")]
-    if not attempts:
+    error (a user's mistake: exit 2). ``nproc``: the ranks of the whole job. The ranks' notes come from
+    ``haloflow.cli._tell_the_launcher``."""
+    last = _last_attempt(notes)
+    if last is None:
         return status
-    last = max(attempts)
-    started, done, stopped, errors = (ranks(w, last) for w in ("started", "done", "stopped", "error"))
+    started, done, stopped, errors = (_notes(notes, w, last) for w in ("started", "done", "stopped", "error"))
     dead = sorted(set(started) - set(done) - set(stopped))
     try:
         report = json.loads((notes / "torchrun.json").read_text())
@@ -113,9 +160,10 @@ def launch_or_train(args: argparse.Namespace, config, train, parts: Callable[[],
     says the input was made for (before any process starts) and relaunch; otherwise ``train(config)`` here and
     print its summary table on rank 0."""
     _check_restarts(args, config)
+    nodes = _nodes(args)
     if args.nproc is not None and parts is not None:
         k, source = parts()
-        _expect_parts(k, args.nproc, source)
+        _expect_parts(k, args.nproc * nodes.nnodes, source)
     status = relaunch_if_asked(args)
     if status is not None:
         return status
@@ -144,13 +192,17 @@ class RankError(HaloflowError):
     """A rank stopped on a user's mistake (its own message, with the rank that found it)."""
 
 
-def _without_nproc(argv: list[str]) -> list[str]:
+# The flags the ranks must not see: the launcher's alone (--max-restarts stays: the ranks check it too).
+_LAUNCH_FLAGS = ("--nproc", "--nnodes", "--node-rank", "--rdzv-endpoint")
+
+
+def _without_launch_flags(argv: list[str]) -> list[str]:
     out, skip = [], False
     for a in argv:
         if skip:
             skip = False
-        elif a == "--nproc":
+        elif a in _LAUNCH_FLAGS:
             skip = True
-        elif not a.startswith("--nproc="):
+        elif not a.startswith(tuple(f"{f}=" for f in _LAUNCH_FLAGS)):
             out.append(a)
     return out

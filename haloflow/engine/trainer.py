@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 import torch
@@ -35,7 +36,7 @@ import torch
 from haloflow.engine.checkpoint import LoadedCheckpoint, Piece
 from haloflow.engine.runtime import Runtime, RuntimeConfig, TrainResult, synchronize
 
-__all__ = ["Family", "UnitMetrics", "Exported", "RunInfo", "SUMMARY_KEYS", "run"]
+__all__ = ["Family", "UnitMetrics", "Exported", "RunInfo", "SUMMARY_KEYS", "run", "Interrupted"]
 
 log = logging.getLogger(__name__)
 
@@ -166,6 +167,16 @@ def run(family: Family, runtime: RuntimeConfig) -> TrainResult:
         return family.result(info, metrics)
 
 
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C during the units: the unit it stopped (counted from 1) and the newest checkpoint this run saved or
+    resumed from (None: none), so that the CLI's one line says where to resume from."""
+
+    def __init__(self, unit: str, at: int, checkpoint: Path | None):
+        where = f"; last checkpoint: {checkpoint}" if checkpoint is not None else ""
+        super().__init__(f"interrupted at {unit} {at}{where}")
+        self.unit, self.at, self.checkpoint = unit, at, checkpoint
+
+
 def _restore(family: Family, loaded: LoadedCheckpoint) -> int:
     family.restore(loaded)
     torch.set_rng_state(loaded.state["rng"])
@@ -178,8 +189,10 @@ def _loop(family: Family, rt: Runtime, ckpt, done: int, total: int) -> float:
     reporter = rt.reporter(total=total, unit=family.unit, desc=f"train {family.kind} (K={lay.world_size})",
                            done=done)
     t0 = time.perf_counter()
+    at, last = done + 1, ckpt.source  # for Interrupted: the unit in progress, the newest checkpoint
     try:
         for index in range(done, total):
+            at = index + 1
             ckpt.maybe_fail(index + 1)
             metrics = family.train_unit(index)
             record = metrics.record()
@@ -188,7 +201,9 @@ def _loop(family: Family, rt: Runtime, ckpt, done: int, total: int) -> float:
             reporter.update(metrics.progress())
             if ckpt.due(index + 1, total):
                 exported = family.export()
-                ckpt.save(index + 1, {**exported.state, "rng": torch.get_rng_state()}, exported.pieces)
+                last = ckpt.save(index + 1, {**exported.state, "rng": torch.get_rng_state()}, exported.pieces)
+    except KeyboardInterrupt:  # Ctrl-C, or the launcher passing it on: say where the run stood
+        raise Interrupted(family.unit, at, last) from None
     finally:
         reporter.close()
     synchronize(lay.device)  # the clock reads the device's finished work

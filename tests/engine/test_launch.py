@@ -1,15 +1,17 @@
-"""engine/launch: the exact torchrun command line and its errors, and real local launches: what each rank sees
-(rank, world size, threads, the caller's variables), a failing rank's exit code, a restart after a failure."""
+"""engine/launch: the exact torchrun command line (one node or several) and its errors, a process that dies with its
+parent even when the parent is killed with SIGKILL, and real local launches: what each rank sees (rank, world size,
+threads, the caller's variables), a failing rank's exit code, a restart after a failure."""
 
 import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from haloflow.engine.launch import launch_torchrun, torchrun_command
+from haloflow.engine.launch import PARENT_ENV, NodeLayout, launch_torchrun, torchrun_command
 from haloflow.errors import ConfigError
 from tests.conftest import REPO
 from tests.engine.scripts.launch_env import FAIL_CODE
@@ -34,6 +36,30 @@ def test_command_with_restarts_and_a_report_runs_torchrun_main():
         "--max-restarts", "2", "-m", "haloflow.cli", "train"]
     # no restarts: no flag at all (torchrun's own default)
     assert "--max-restarts" not in torchrun_command(1, ["x.py"], max_restarts=0)
+
+
+def test_command_for_two_nodes_meets_at_c10d_hosted_by_node_0():
+    for rank in (0, 1):
+        nodes = NodeLayout(nnodes=2, node_rank=rank, rdzv_endpoint="10.0.0.1:29400")
+        assert torchrun_command(1, ["x.py"], nodes=nodes) == [
+            sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--rdzv-backend", "c10d",
+            "--rdzv-endpoint", "10.0.0.1:29400", "--rdzv-conf", f"is_host={int(rank == 0)}", "--nproc-per-node", "1",
+            "x.py"]
+    assert torchrun_command(1, ["x.py"], nodes=NodeLayout()) == torchrun_command(1, ["x.py"])  # --standalone
+
+
+@pytest.mark.parametrize("nodes, message", [
+    ({"nnodes": 0}, "--nnodes must be >= 1, got 0"),
+    ({"nnodes": 2, "node_rank": -1, "rdzv_endpoint": "h:1"}, r"--node-rank -1 is not one of the 2 nodes \(0 .. 1\)"),
+    ({"node_rank": 1}, r"--node-rank 1 is not one of the 1 nodes \(0 .. 0\)"),
+    ({"nnodes": 3}, "--nnodes 3 needs --rdzv-endpoint HOST:PORT"),
+    ({"rdzv_endpoint": "h:1"}, "--rdzv-endpoint is where several nodes meet"),
+    ({"nnodes": 2, "rdzv_endpoint": "h:0"}, "--rdzv-endpoint must be HOST:PORT with a port in 1 .. 65535, got 'h:0'"),
+    ({"nnodes": 2, "rdzv_endpoint": ":80"}, "--rdzv-endpoint must be HOST:PORT"),
+])
+def test_bad_node_layouts_are_config_errors_naming_the_flag(nodes, message):
+    with pytest.raises(ConfigError, match=f"^{message}"):
+        NodeLayout(**nodes)
 
 
 @pytest.mark.parametrize("nproc, max_restarts, message", [
@@ -95,3 +121,37 @@ def test_max_restarts_restarts_every_rank_after_a_failure(tmp_path):
                            text=True, timeout=120, cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert [rec["env"]["TORCHELASTIC_RESTART_COUNT"] for rec in _records(tmp_path, 2)] == ["1", "1"]
+
+
+# A parent that starts a child which asks to die with it (die_with_parent), prints the child's pid once the child
+# is ready, and waits; killed with SIGKILL, it can tell the child nothing.
+PARENT = f"""
+import os, subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", "from haloflow.engine.launch import die_with_parent; "
+                          "die_with_parent(); print('ready', flush=True); import time; time.sleep(120)"],
+                         stdout=subprocess.PIPE, text=True, env={{**os.environ, {PARENT_ENV!r}: str(os.getpid())}})
+assert child.stdout.readline() == "ready\\n"
+print(child.pid, flush=True)
+time.sleep(120)
+"""
+
+
+def _gone(pid: int) -> bool:
+    """No such process, or a zombie (it exited; whoever adopted it has not reaped it yet)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads /proc")
+def test_a_process_dies_with_its_parent_even_one_killed_by_sigkill():
+    parent = subprocess.Popen([sys.executable, "-c", PARENT], stdout=subprocess.PIPE, text=True, cwd=REPO)
+    child = int(parent.stdout.readline())
+    assert not _gone(child)
+    parent.kill()
+    parent.wait()
+    deadline = time.monotonic() + 10
+    while not _gone(child):
+        assert time.monotonic() < deadline, f"pid {child} outlived its parent by 10 s"
+        time.sleep(0.05)
