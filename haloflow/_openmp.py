@@ -8,7 +8,8 @@
     numba prange         runs on that same runtime: numba's omppool resolves GOMP_parallel to the libgomp torch
                          put in the global scope, so its kernels use torch's worker threads (one pool, one policy;
                          haloflow/utils/threads.py)
-    child processes      torchrun's ranks, benchmark workers: inherit the variable
+    child processes      torchrun's ranks, benchmark workers: inherit it, and HALOFLOW_OPENMP_DEFAULTS naming
+                         it as haloflow's (so caller_environ() there still gives the caller's own environment)
 
 Why. libgomp's default is to spin: a thread that has finished its share of a parallel region polls for the next
 one for up to 300,000 pause instructions (GOMP_SPINCOUNT; 20-30 ns each here, so 6-9 ms) before it sleeps on a
@@ -34,6 +35,9 @@ __all__ = ["apply_defaults", "wait_policy", "caller_environ"]
 DEFAULTS = {"OMP_WAIT_POLICY": "PASSIVE"}
 # Any of these set by the caller means "the caller has chosen how OpenMP waits".
 CHOSEN_BY = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME")
+# The names apply_defaults set, so that a child process (a rank, a benchmark worker) knows its inherited values
+# for haloflow's and not the caller's.
+MARK = "HALOFLOW_OPENMP_DEFAULTS"
 
 _added: dict[str, str] = {}  # what apply_defaults put into os.environ
 _torch_first = False  # torch (and its OpenMP runtime) was loaded before apply_defaults ran
@@ -42,12 +46,19 @@ _torch_first = False  # torch (and its OpenMP runtime) was loaded before apply_d
 def apply_defaults() -> None:
     """Set OMP_WAIT_POLICY=PASSIVE unless the environment has chosen; once, from ``haloflow/__init__``."""
     global _torch_first
-    if _added or any(name in os.environ for name in CHOSEN_BY):
+    if _added:
+        return
+    inherited = [n for n in os.environ.get(MARK, "").split(",") if n in DEFAULTS and os.environ.get(n) == DEFAULTS[n]]
+    if inherited:  # set by a haloflow parent before this process (and its torch) started
+        _added.update((n, DEFAULTS[n]) for n in inherited)
+        return
+    if any(name in os.environ for name in CHOSEN_BY):
         return
     _torch_first = "torch" in sys.modules
     for name, value in DEFAULTS.items():
         os.environ[name] = value
         _added[name] = value
+    os.environ[MARK] = ",".join(_added)
 
 
 def wait_policy() -> str:
@@ -63,4 +74,4 @@ def wait_policy() -> str:
 
 def caller_environ() -> dict[str, str]:
     """``os.environ`` less what ``apply_defaults`` added: the environment a plain PyTorch program would see."""
-    return {k: v for k, v in os.environ.items() if _added.get(k) != v}
+    return {k: v for k, v in os.environ.items() if _added.get(k) != v and k != MARK}

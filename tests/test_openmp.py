@@ -75,3 +75,10 @@ def test_the_worker_thread_sleeps_after_every_parallel_region():
     regions = 200
     got = _run(WORKER_SLEEPS.replace("REGIONS", str(regions)))
     assert got["sleeps"] >= regions
+
+
+def test_a_child_of_haloflow_knows_its_inherited_policy_for_haloflow_s():
+    child = ("import subprocess, sys; print(subprocess.run([sys.executable, '-c', " + repr("import torch, haloflow; "
+             + REPORT) + "], capture_output=True, text=True, check=True).stdout.strip())")
+    got = _run("import haloflow; " + child)
+    assert got == {"env": "PASSIVE", "policy": "passive", "caller": None}  # torch first, yet passive: inherited
