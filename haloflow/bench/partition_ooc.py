@@ -93,7 +93,7 @@ def _child(kind: str, spec: dict) -> None:
                              fennel_start="stream", fennel_order="natural")
     out = Path(spec["out"])
     if kind == "ooc":
-        from haloflow.data.edge_source import open_streamed
+        from haloflow.data.streamed import open_streamed
         from haloflow.partition.ooc import OutOfCoreConfig, partition_out_of_core
 
         source, nodes = open_streamed(spec["input"], progress=False)

@@ -133,7 +133,7 @@ def _terminate_as_interrupt():
 
 
 def _run_out_of_core(args: argparse.Namespace) -> int:
-    from haloflow.data.edge_source import open_streamed
+    from haloflow.data.streamed import open_streamed
     from haloflow.partition.ooc import OutOfCoreConfig, partition_out_of_core
 
     try:

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from haloflow.data.binary_edges import NpyEdges, ParquetEdges
-from haloflow.data.edge_source import EdgeSource, read_edges
+from haloflow.data.edge_source import read_edges
 from haloflow.data.graph import GraphDataset
 from haloflow.errors import ConfigError, InputFormatError
 from haloflow.utils.mapped import MappedNpy, NpyWriter
@@ -112,7 +112,7 @@ def _check_node_file(path: Path, name: str, m: MappedNpy) -> None:
 
 
 class GraphFolder:
-    """An ``arrays`` folder opened: ``edges`` (an `EdgeSource`) and ``nodes`` (its `NodeArrays`, or None when it
+    """An ``arrays`` folder opened: ``edges`` (an ``EdgeSource``) and ``nodes`` (its `NodeArrays`, or None when it
     has no node files)."""
 
     def __init__(self, path: str | os.PathLike, *, num_nodes: int | None = None):

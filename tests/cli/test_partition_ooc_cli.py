@@ -7,7 +7,6 @@ import subprocess
 import sys
 import time
 
-import numpy as np
 
 from haloflow.cli import main
 from haloflow.data.generators import sbm_dataset

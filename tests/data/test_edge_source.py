@@ -3,7 +3,8 @@ import gzip
 import numpy as np
 import pytest
 
-from haloflow.data.edge_source import SnapEdges, open_edge_source, read_edges
+from haloflow.data.edge_source import read_edges
+from haloflow.data.streamed import SnapEdges, open_edge_source
 from haloflow.data.readers import read_snap
 from haloflow.errors import ConfigError, InputFormatError
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from haloflow.data.binary_edges import NpyEdges
-from haloflow.data.edge_source import SnapEdges
+from haloflow.data.streamed import SnapEdges
 from haloflow.data.generators import RMATConfig, rmat_chunks, sbm_dataset
 from haloflow.data.graph_folder import GraphFolder, write_graph_folder
 from haloflow.data.metis_graph import MetisEdges

@@ -17,7 +17,7 @@ file lists the part's rows in local order without any sort: building the part la
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
