@@ -7,7 +7,7 @@ torch's worker thread. numba's kernels and torch's ops share one team and one wa
 
     thread count      torch.set_num_threads(n) ----+---- numba.set_num_threads(<= n) per kernel launch
                                                    |
-    the one runtime   torch/lib/libgomp.so.1: main thread + (n - 1) workers, passive waits
+    the one runtime   torch/lib/libgomp.so.1: main thread + (n - 1) workers, bounded spin waits
 
 Because the runtime is shared, numba's first parallel kernel sets the OpenMP thread count to NUMBA_NUM_THREADS
 (all cores): a torchrun rank given OMP_NUM_THREADS=1 then ran torch's ops on every core (seen as 2 ranks x 2
