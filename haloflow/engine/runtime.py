@@ -38,7 +38,7 @@ from haloflow.errors import ConfigError
 from haloflow.utils.atomic import atomic_output, open_stream, reporting_full_disk
 from haloflow.utils.config_flags import nested, option
 from haloflow.utils.progress import progress_bar
-from haloflow.utils.threads import ThreadBudget, cores_here, follow_torch_threads
+from haloflow.utils.threads import ThreadBudget, ThreadGovernor, cores_here, follow_torch_threads
 
 __all__ = [
     "DEVICES", "ParallelLayout", "expect_parts", "resolve_device", "init_from_env", "shutdown", "RuntimeConfig", "Runtime",
@@ -223,6 +223,9 @@ class RuntimeConfig:
         progress: draw a progress bar (only when stderr is a terminal).
         log_every: when no bar shows, print a line every this many epochs or steps (0: about ten lines a run).
         checkpoint: where and how often to save, and where to resume from (``engine/checkpoint.py``).
+        adapt_threads: between units, use fewer threads while other processes keep the cores busy, and go back
+            up when they leave (``utils/threads.ThreadGovernor``); off by default, since threaded reductions round
+            by the thread count and the run is then no longer bit-for-bit repeatable.
     """
 
     device: str = option("auto", choices=DEVICES, means="CUDA when present",
@@ -235,6 +238,8 @@ class RuntimeConfig:
     log_every: int = option(0, metavar="N", means="about ten lines a run",
                             help="without a progress bar, print a line every N epochs or steps")
     checkpoint: CheckpointConfig = nested(CheckpointConfig, "checkpoints and recovery")
+    adapt_threads: bool = option(False, help="use fewer threads while other processes keep the cores busy "
+                                             "(results then round by the thread count of the moment)")
 
     def __post_init__(self) -> None:
         if self.device not in DEVICES:
@@ -267,6 +272,8 @@ class Runtime:
         self._t0 = t0
         self.startup_s: float | None = None
         self.metrics = MetricsLog(config.log_jsonl if layout.is_main else None)
+        threads = torch.get_num_threads()
+        self.governor = ThreadGovernor(limit=threads) if config.adapt_threads and threads > 1 else None
 
     @classmethod
     def start(cls, config: RuntimeConfig | None = None, *, join: bool = True, distributed: bool = False) -> "Runtime":
@@ -293,6 +300,14 @@ class Runtime:
             if budget.oversubscribed:
                 log.warning("oversubscribed: %s", budget.advice())
         return self
+
+    def between_units(self) -> None:
+        """Called by the loop after every unit: with ``adapt_threads``, the thread count follows the free cores."""
+        if self.governor is not None:
+            changed = self.governor.tick()
+            if changed is not None:
+                log.info("threads -> %d: other processes keep %.1f of %d cores busy", changed, self.governor.others,
+                         len(self.governor.cpus))
 
     def checkpointer(self, kind: str, identity: dict) -> Checkpointer:
         """This run's checkpoints (``config.checkpoint``): what to resume from, when and where to save."""

@@ -6,7 +6,7 @@ import numba
 import pytest
 import torch
 
-from haloflow.utils.threads import ThreadBudget, cores_here, follow_torch_threads
+from haloflow.utils.threads import ThreadBudget, ThreadGovernor, cores_here, follow_torch_threads
 
 
 def test_budget_reads_as_the_arithmetic():
@@ -38,3 +38,75 @@ def test_numba_follows_torch_and_torch_keeps_its_count():
     finally:
         torch.set_num_threads(before)
         follow_torch_threads()
+
+
+class _Machine:
+    """Hand-fed /proc counters for ThreadGovernor: busy ticks of the cores and this process's own ticks."""
+
+    def __init__(self):
+        self.now, self.busy, self.mine, self.reads = 0.0, 0, 0, 0
+
+    def read(self, cpus):
+        self.reads += 1
+        return self.busy, self.mine
+
+    def advance(self, seconds: float, *, others: float, mine: float) -> None:
+        """``seconds`` pass with ``others`` cores busy with other processes and ``mine`` with this one (100 Hz)."""
+        self.now += seconds
+        self.busy += round(100 * seconds * (others + mine))
+        self.mine += round(100 * seconds * mine)
+
+
+@pytest.fixture
+def two_threads():
+    if cores_here() < 2:
+        pytest.skip("needs 2 cores")
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(before)
+    follow_torch_threads()
+
+
+def _governor(machine):
+    return ThreadGovernor(2, cpus=frozenset({0, 1}), every_s=0.1, read=machine.read, clock=lambda: machine.now,
+                          hz=100)
+
+
+def test_governor_drops_to_one_thread_after_two_busy_readings_and_comes_back(two_threads):
+    m = _Machine()
+    gov = _governor(m)
+    m.advance(0.2, others=0.0, mine=2.0)
+    assert gov.tick() is None and gov.others == pytest.approx(0.0)  # quiet: stays at 2
+    m.advance(0.2, others=1.0, mine=1.0)  # two co-tenants took half the cores
+    assert gov.tick() is None and gov.others == pytest.approx(1.0)  # one reading could be a burst
+    m.advance(0.2, others=1.0, mine=1.0)
+    assert gov.tick() == 1 and torch.get_num_threads() == 1
+    m.advance(0.2, others=1.4, mine=0.6)
+    assert gov.tick() is None  # still busy: stays at 1
+    m.advance(0.2, others=0.0, mine=1.0)
+    assert gov.tick() is None
+    m.advance(0.2, others=0.1, mine=1.0)
+    assert gov.tick() == 2 and torch.get_num_threads() == 2 and gov.others == pytest.approx(0.1)
+
+
+def test_governor_ignores_a_single_burst_and_reads_at_most_every_interval(two_threads):
+    m = _Machine()
+    gov = _governor(m)
+    reads = m.reads
+    m.advance(0.05, others=2.0, mine=0.0)
+    assert gov.tick() is None and m.reads == reads  # too soon to look
+    m.advance(0.1, others=1.5, mine=0.5)
+    assert gov.tick() is None  # a burst ...
+    m.advance(0.2, others=0.0, mine=2.0)
+    assert gov.tick() is None and torch.get_num_threads() == 2  # ... gone by the next look
+
+
+def test_runtime_governs_only_when_asked(two_threads):
+    from haloflow.engine.runtime import Runtime, RuntimeConfig
+
+    with Runtime.start(RuntimeConfig(progress=False, device="cpu"), join=False) as rt:
+        assert rt.governor is None
+        rt.between_units()  # a no-op
+    with Runtime.start(RuntimeConfig(progress=False, device="cpu", adapt_threads=True), join=False) as rt:
+        assert isinstance(rt.governor, ThreadGovernor) and rt.governor.limit == 2
