@@ -3,24 +3,27 @@
 Each builder returns a function that trains one step (the next batch; GCN: one full-batch epoch) on the same
 math for both sides; the peers are the ones the one-family benches use::
 
-    family   haloflow                                    peer
+    family   haloflow (and "adaptive": the same with --adapt-threads)   peer
     gcn      GCNFamily.train_step (Kipf, no precompute)  2 x PyG GCNConv(cached) on a sparse CSR adjacency
     dlrm     DLRMFamily.train_unit (synthetic clicks)    PlainDLRM: nn.EmbeddingBag per table + the same MLPs
     tgn      TGNFamily.train_unit                        PyG's TGN example (PygTGN), the same negatives
 
-Dropout is 0 and weight decay 0 in GCN so that both sides compute exactly Kipf's model with Adam; the DLRM
-peer's batches are sliced ahead, as a data loader would hand them over; the TGN peer's negatives are haloflow's
-(drawn ahead). ``SIZES`` holds the shapes: ``small`` gives steps of a few to a few tens of ms on 2 cores,
+Dropout is 0 and weight decay 0 in GCN so that both sides compute exactly Kipf's model with Adam; DLRM's batches
+are drawn ahead on both sides (the peer's also sliced per table), as a data loader would hand them over; the TGN
+peer's negatives are haloflow's (drawn ahead; haloflow's step draws its own). ``SIZES`` holds the shapes: ``small`` gives steps of a few to a few tens of ms on 2 cores,
 ``tiny`` is for tests.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 import torch
+
+from haloflow.engine.runtime import Runtime, RuntimeConfig
 
 __all__ = ["Sizes", "SIZES", "FAMILIES", "build_step"]
 
@@ -52,8 +55,18 @@ SIZES = {
 
 
 def build_step(family: str, side: str, sizes: Sizes, seed: int = 0) -> Step:
-    """The step function of ``family`` ("gcn", "dlrm", "tgn") for ``side`` ("haloflow" or "peer")."""
-    return _BUILDERS[family, side](sizes, seed)
+    """The step function of ``family`` ("gcn", "dlrm", "tgn") for ``side``: "haloflow", "adaptive" (haloflow with
+    ``--adapt-threads``: the runtime's governor looks after each step, as the training loop has it do) or "peer"."""
+    if side == "peer":
+        return _PEERS[family](sizes, seed)
+    runtime = RuntimeConfig(device="cpu", progress=False, adapt_threads=side == "adaptive")
+    step, rt = _HALOFLOW[family](sizes, seed, runtime)
+
+    def unit():
+        step()
+        rt.between_units()
+
+    return unit
 
 
 # ------------------------------------------------------------------------------------------------ GCN
@@ -67,22 +80,20 @@ def _graph(sizes: Sizes, seed: int):
     return graph, x, y
 
 
-def _gcn_haloflow(sizes: Sizes, seed: int) -> Step:
+def _gcn_haloflow(sizes: Sizes, seed: int, runtime: RuntimeConfig) -> tuple[Step, Runtime]:
     from haloflow.data.graph import GraphDataset
     from haloflow.engine.gcn.train import GCNFamily, GCNTrainConfig
-    from haloflow.engine.runtime import Runtime, RuntimeConfig
 
     graph, x, y = _graph(sizes, seed)
     data = GraphDataset(graph, features=x, labels=y, train_mask=np.ones(graph.num_nodes, bool),
                         num_classes=sizes.gcn_dims[2])
     config = GCNTrainConfig(dataset="-", hidden_dim=sizes.gcn_dims[1], dropout=0.0, precompute_first=False,
-                            weight_decay=0.0, normalize_features=False, seed=seed,
-                            runtime=RuntimeConfig(device="cpu", progress=False))
-    family = GCNFamily(config, dataset=data)
-    family.setup(Runtime.start(config.runtime, join=False))
+                            weight_decay=0.0, normalize_features=False, seed=seed, runtime=runtime)
+    family, rt = GCNFamily(config, dataset=data), Runtime.start(runtime, join=False)
+    family.setup(rt)
     family.begin(0)
     epoch = iter(range(10**9))
-    return lambda: family.train_step(next(epoch))
+    return (lambda: family.train_step(next(epoch))), rt
 
 
 def _gcn_peer(sizes: Sizes, seed: int) -> Step:
@@ -106,19 +117,21 @@ def _gcn_peer(sizes: Sizes, seed: int) -> Step:
 
 
 # ------------------------------------------------------------------------------------------------ DLRM
-def _dlrm_haloflow(sizes: Sizes, seed: int) -> Step:
+def _dlrm_haloflow(sizes: Sizes, seed: int, runtime: RuntimeConfig) -> tuple[Step, Runtime]:
+    from haloflow.data.clicks import CHUNK
     from haloflow.engine.dlrm.train import DLRMFamily, DLRMTrainConfig
-    from haloflow.engine.runtime import Runtime, RuntimeConfig
 
     bottom, top = sizes.dlrm_mlps
     config = DLRMTrainConfig(synthetic=True, synthetic_scale=sizes.dlrm_scale, batch_size=sizes.dlrm_batch,
-                             bottom_mlp=bottom, top_mlp=top, seed=seed, max_steps=10**9,
-                             runtime=RuntimeConfig(device="cpu", progress=False))
-    family = DLRMFamily(config)
-    family.setup(Runtime.start(config.runtime))
+                             bottom_mlp=bottom, top_mlp=top, seed=seed, max_steps=10**9, runtime=runtime)
+    family, rt = DLRMFamily(config), Runtime.start(runtime)
+    family.setup(rt)
     family.begin(0)
+    # the batches drawn ahead, as the peer's are: the generator draws a chunk of many batches at a time, a spike
+    # in one step in CHUNK / B that is the data's cost, not the step's
+    family.stream = itertools.cycle(list(itertools.islice(family.stream, max(1, CHUNK // sizes.dlrm_batch))))
     index = iter(range(10**9))
-    return lambda: family.train_unit(next(index))
+    return (lambda: family.train_unit(next(index))), rt
 
 
 def _dlrm_peer(sizes: Sizes, seed: int) -> Step:
@@ -155,25 +168,24 @@ def _stream(sizes: Sizes, seed: int):
                           edge_feat=rng.standard_normal((e, 16)).astype(np.float32))
 
 
-def _tgn_config(sizes: Sizes, seed: int):
-    from haloflow.engine.runtime import RuntimeConfig
+def _tgn_config(sizes: Sizes, seed: int, runtime: RuntimeConfig | None = None):
     from haloflow.engine.tgn.train import TGNTrainConfig
 
     d = sizes.tgn_dim
     return TGNTrainConfig(events="-", batch_size=sizes.tgn_batch, memory_dim=d, time_dim=d, embedding_dim=d,
-                          epochs=10**6, seed=seed, eval=False, runtime=RuntimeConfig(device="cpu", progress=False))
+                          epochs=10**6, seed=seed, eval=False,
+                          runtime=runtime or RuntimeConfig(device="cpu", progress=False))
 
 
-def _tgn_haloflow(sizes: Sizes, seed: int) -> Step:
-    from haloflow.engine.runtime import Runtime
+def _tgn_haloflow(sizes: Sizes, seed: int, runtime: RuntimeConfig) -> tuple[Step, Runtime]:
     from haloflow.engine.tgn.train import TGNFamily
 
-    config = _tgn_config(sizes, seed)
-    family = TGNFamily(config, events=_stream(sizes, seed))
-    family.setup(Runtime.start(config.runtime))
+    config = _tgn_config(sizes, seed, runtime)
+    family, rt = TGNFamily(config, events=_stream(sizes, seed)), Runtime.start(runtime)
+    family.setup(rt)
     family.begin(0)
     index = iter(range(10**9))
-    return lambda: family.train_unit(next(index))
+    return (lambda: family.train_unit(next(index))), rt
 
 
 def _tgn_peer(sizes: Sizes, seed: int) -> Step:
@@ -199,6 +211,5 @@ def _tgn_peer(sizes: Sizes, seed: int) -> Step:
     return step
 
 
-_BUILDERS = {("gcn", "haloflow"): _gcn_haloflow, ("gcn", "peer"): _gcn_peer,
-             ("dlrm", "haloflow"): _dlrm_haloflow, ("dlrm", "peer"): _dlrm_peer,
-             ("tgn", "haloflow"): _tgn_haloflow, ("tgn", "peer"): _tgn_peer}
+_HALOFLOW = {"gcn": _gcn_haloflow, "dlrm": _dlrm_haloflow, "tgn": _tgn_haloflow}
+_PEERS = {"gcn": _gcn_peer, "dlrm": _dlrm_peer, "tgn": _tgn_peer}
