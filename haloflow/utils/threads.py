@@ -111,8 +111,8 @@ def read_cpu_ticks(cpus: frozenset[int]) -> tuple[int, int]:
 class ThreadGovernor:
     """Fewer compute threads while other processes keep this process's cores busy; back up when they leave.
 
-    A thread that the scheduler parks stalls every parallel region until it runs again, so beside busy
-    co-tenants 2 threads took 1.3-2x as long a step as 1 (GCN, DLRM and TGN; plain PyTorch alike)::
+    A thread that the scheduler parks stalls every parallel region until it runs again, so beside two busy
+    co-tenants 2 fixed threads took 1.5-2.2x as long a step as 1 (GCN, DLRM, TGN; plain PyTorch 1.1-2.1x)::
 
         at most every every_s (0.1 s), at a unit boundary:
             others = (busy ticks of my cores - my own ticks) / elapsed ticks          in cores
