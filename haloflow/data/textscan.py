@@ -423,26 +423,11 @@ class IntRows:
         return tuple(f"column {k + 1}" for k in range(start, self.num_fields))
 
 
-def scan_int_rows(
-    path: str | os.PathLike,
-    num_columns: int,
-    *,
-    comment: str | None = "#",
-    columns: str = "",
-    what: str = "id",
-    lower: int = 0,
-    upper: int | None = None,
-    range_hint: str = "",
-    header: bool = False,
-    max_fields: int | None = None,
-    skip_lines: int = 0,
-    skip_hint: str = "",
-    block_bytes: int = BLOCK_BYTES,
-) -> IntRows:
+def scan_int_rows(path: str | os.PathLike, num_columns: int, **options) -> IntRows:
     """Read a text table whose first ``num_columns`` fields are non-negative integers (layouts in the module
     docstring).
 
-    Args:
+    Args (``options`` are `IntRowScan`'s keywords, the same in both):
         path: plain, gzip, xz or bz2 file, or a ``PipeInput``.
         num_columns: fields parsed on each non-blank, non-comment line.
         comment: lines whose first token starts with any of these characters are skipped (None: no comments).
@@ -463,9 +448,7 @@ def scan_int_rows(
         InputFormatError: naming the file and 1-based line of the first malformed line; or a truncated or
             corrupt compressed file.
     """
-    scan = IntRowScan(path, num_columns, comment=comment, columns=columns, what=what, lower=lower, upper=upper,
-                      range_hint=range_hint, header=header, max_fields=max_fields, skip_lines=skip_lines,
-                      skip_hint=skip_hint, block_bytes=block_bytes)
+    scan = IntRowScan(path, num_columns, **options)
     out = list(scan)
     if not out:
         values = np.zeros((0, num_columns), dtype=np.int64)

@@ -285,7 +285,8 @@ class DLRMFamily:
         cfg, lay, net = self.config, self.rt.layout, self.net
         batch = next(self.stream)
         mine, sizes = _local(batch, lay, self.dtype)
-        self.devices["batches"] |= {t.device.type for t in (mine.dense, mine.sparse.values, mine.labels)}
+        if not self.devices["batches"]:  # where the batches land is decided once, by the first
+            self.devices["batches"] = {t.device.type for t in (mine.dense, mine.sparse.values, mine.labels)}
         self.opt.zero_grad(set_to_none=True)
         net.stats.reset()
         logits = net(mine.dense, mine.sparse, sizes)  # (B_r,)
