@@ -1,9 +1,9 @@
 """Out-of-core partitioning benchmark: an R-MAT graph larger than the memory budget, partitioned by
 ``--memory-budget``, beside the in-memory pipeline and METIS on a graph both can take.
 
-Every run is a child process (the partition CLI's imports loaded, torch included, as ``haloflow partition`` has
-them); its peak RSS comes from the OS (``os.wait4``'s ``ru_maxrss`` of that child). Reported per run: wall time
-per pass, the peak RSS against the budget, temporary disk, edge cut and balance, and input edges per second of
+Every run is a child process (the partition CLI's imports loaded: NumPy, numba, SciPy, not torch, as
+``haloflow partition`` has them); its peak RSS comes from the OS (``os.wait4``'s ``ru_maxrss`` of that child).
+Reported per run: wall time per pass, the peak RSS against the budget, temporary disk, edge cut and balance, and input edges per second of
 each streaming pass. The load average is recorded before and after each run: on a shared 2-core machine a run
 beside other jobs measures them too.
 
@@ -86,7 +86,7 @@ def _child(kind: str, spec: dict) -> None:
     """One measured run (``--child``): load what the partition CLI loads, partition, write the result JSON."""
     from haloflow.cli import build_parser
 
-    build_parser()  # the CLI's imports (torch among them): the footprint a user of `haloflow partition` has
+    build_parser("partition")  # the CLI's imports: the footprint a user of `haloflow partition` has
     from haloflow.partition.api import PartitionConfig
 
     config = PartitionConfig(num_parts=spec["parts"], method=spec["method"], seed=0, passes=spec["passes"],

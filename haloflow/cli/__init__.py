@@ -5,6 +5,11 @@ sets ``func`` to a callable taking the parsed namespace. The CLI only parses arg
 and calls the Python API; a user's mistake (``HaloflowError``, a missing file) becomes one line on stderr and
 exit status 2, never a traceback. A reader that closes the pipe early (``| head -1``) ends the command quietly
 with status 141, as it ends ``yes`` or ``cat``.
+
+Only the subcommand the command line names gets its whole parser; the others are one-line entries (``COMMAND``
+and ``HELP``, module constants) for ``haloflow --help``. Building every parser would import the trainers' configs
+and with them torch, about 230 MiB of RSS and a second of start-up that ``haloflow partition`` never needs (its own
+imports stop at NumPy, numba and pyarrow: about 100 MiB before it reads a byte).
 """
 
 from __future__ import annotations
@@ -30,7 +35,9 @@ _USER_ERRORS = (HaloflowError, FileNotFoundError, NotADirectoryError, IsADirecto
 _COMMANDS = ["partition", "inspect", "plan_tables", "preprocess", "train", "bench", "demo"]
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The whole CLI's parser; with ``command`` (a subcommand's name, or ``""`` for none), only that subcommand's
+    parser is whole and the others are one-line entries (see the module docstring)."""
     from haloflow.engine.families import titles
 
     parser = argparse.ArgumentParser(
@@ -38,14 +45,25 @@ def build_parser() -> argparse.ArgumentParser:
         description=f"Partition graphs and embedding tables, and train {titles()} models exactly across processes.",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
-    register_modules(parser.add_subparsers(dest="command", metavar="COMMAND"), _COMMANDS)
+    register_modules(parser.add_subparsers(dest="command", metavar="COMMAND"), _COMMANDS, only=command)
     return parser
 
 
-def register_modules(subparsers, modules: list[str]) -> None:
-    """Import ``haloflow.cli.<module>`` for each name and let it add its parser (``register(subparsers)``)."""
+def register_modules(subparsers, modules: list[str], *, only: str | None = None) -> None:
+    """Import ``haloflow.cli.<module>`` for each name and let it add its parser (``register(subparsers)``); with
+    ``only``, the other modules add an entry of their ``COMMAND`` and ``HELP`` alone."""
     for name in modules:
-        importlib.import_module(f"haloflow.cli.{name}").register(subparsers)
+        module = importlib.import_module(f"haloflow.cli.{name}")
+        if only is None or module.COMMAND == only:
+            module.register(subparsers)
+        else:
+            subparsers.add_parser(module.COMMAND, help=module.HELP)
+
+
+def _named_command(argv: list[str]) -> str:
+    """The subcommand ``argv`` names: its first word that is not a flag (the top level's one flag, ``-v``, takes
+    no value), or ``""``."""
+    return next((word for word in argv if not word.startswith("-")), "")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -72,8 +90,8 @@ def _reader_gone() -> int:
 
 
 def _main(argv: list[str] | None) -> int:
-    parser = build_parser()
     argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(_named_command(argv))
     args = parser.parse_args(argv)
     args.argv = argv  # as typed: what `--nproc K` hands each rank (less --nproc)
     logging.basicConfig(

@@ -9,11 +9,13 @@ from haloflow.bench import BENCHMARKS
 from haloflow.errors import ConfigError
 from haloflow.utils.table import format_table
 
+COMMAND = "bench"
+HELP = "run a benchmark (haloflow against a peer in the same run); without NAME, list them"
+
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
-        "bench",
-        help="run a benchmark (haloflow against a peer in the same run); without NAME, list them",
+        COMMAND, help=HELP,
         description="Run one of haloflow's benchmarks: it prints a table and writes JSON under bench-results/. "
         "Options after NAME go to the benchmark: `haloflow bench NAME --help` lists them.",
         epilog="benchmarks: " + ", ".join(BENCHMARKS),

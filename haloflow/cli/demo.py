@@ -24,10 +24,13 @@ from haloflow.utils.table import format_table
 
 __all__ = ["register", "run"]
 
+COMMAND = "demo"
+HELP = "generate a graph, partition it and train a GCN on 1 and on K processes"
+
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
-        "demo", help="generate a graph, partition it and train a GCN on 1 and on K processes",
+        COMMAND, help=HELP,
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--nodes", type=int, default=20_000, help="nodes of the generated graph (default 20,000)")

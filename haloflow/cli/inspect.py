@@ -9,11 +9,13 @@ from haloflow.partition.stats import format_stats
 
 __all__ = ["register", "run"]
 
+COMMAND = "inspect"
+HELP = "show a partition folder's summary and verify its files"
+
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
-        "inspect",
-        help="show a partition folder's summary and verify its files",
+        COMMAND, help=HELP,
         description="Print DIR/meta.json and the per-part statistics. Every file's size is checked against "
         "meta.json, its CRC-32 too unless --no-verify, and what the arrays mean: bounds, dtypes, ids and labels in "
         "range, and parts that agree on what they send each other.",

@@ -25,6 +25,10 @@ from haloflow.utils.memory import parse_bytes
 
 __all__ = ["register", "run"]
 
+COMMAND = "partition"
+HELP = "partition a graph into K parts with halos, written as a partition folder"
+
+
 # PartitionConfig field -> the flag a CLI user typed, so that error messages name the flag.
 _FLAGS = {f"PartitionConfig.{field}": flag for field, flag in {
     "num_parts": "--parts", "method": "--method", "balance": "--balance", "imbalance": "--imbalance",
@@ -34,8 +38,7 @@ _FLAGS.update(READER_FLAGS)
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
-        "partition",
-        help="partition a graph into K parts with halos, written as a partition folder",
+        COMMAND, help=HELP,
         description="Partition a graph data set into K parts (METIS, Fennel or random), build each part's halo and "
         "send lists, and write DIR/meta.json plus DIR/part-<k>/*.npy. Prints per-part statistics.",
     )

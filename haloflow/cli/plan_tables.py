@@ -22,6 +22,10 @@ from haloflow.partition.planner.types import DEFAULT_SHARDING_TYPES, ShardingTyp
 
 __all__ = ["register", "run"]
 
+COMMAND = "plan-tables"
+HELP = "plan how embedding tables are sharded over K ranks (data-parallel, table-, row-, column-wise)"
+
+
 _OPTIMIZER_SLOTS = {"sgd": 0.0, "adagrad": 1.0, "rowwise_adagrad": 0.0, "adam": 2.0}
 
 
@@ -38,8 +42,7 @@ _FLAGS = {"world_size": "--world-size", "memory_per_rank": "--memory-per-rank", 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
-        "plan-tables",
-        help="plan how embedding tables are sharded over K ranks (data-parallel, table-, row-, column-wise)",
+        COMMAND, help=HELP,
         description="Choose per table between replication and table-, row- or column-wise sharding, and place the "
         "shards on K ranks within their memory so that the slowest rank's estimated step cost is as low as "
         "possible. Prints the plan with per-rank cost and memory; --out writes it as JSON.",

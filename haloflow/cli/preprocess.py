@@ -11,9 +11,12 @@ from haloflow.utils.table import format_table
 
 __all__ = ["register"]
 
+COMMAND = "preprocess"
+HELP = "turn raw click logs into Parquet for DLRM training"
+
 
 def register(subparsers) -> None:
-    parser = subparsers.add_parser("preprocess", help="turn raw click logs into Parquet for DLRM training")
+    parser = subparsers.add_parser(COMMAND, help=HELP)
     sub = parser.add_subparsers(dest="dataset", metavar="DATASET", required=True)
 
     criteo = sub.add_parser(

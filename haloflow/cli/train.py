@@ -19,10 +19,13 @@ from haloflow.engine.families import FAMILIES
 
 __all__ = ["register"]
 
+COMMAND = "train"
+HELP = "train a model (single process, or one rank per part under torchrun)"
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "train", help="train a model (single process, or one rank per part under torchrun)",
+        COMMAND, help=HELP,
         description="Train a model. Distributed runs are exact: K ranks compute what one process computes.",
     )
     register_modules(parser.add_subparsers(dest="model", metavar="MODEL"), [e.cli_module for e in FAMILIES.values()])

@@ -170,3 +170,21 @@ def test_matrix_market_and_skip_lines_through_the_cli(cli_fails, tmp_path, capsy
     assert load_meta(tmp_path / "j").num_nodes == 4
     cli_fails(["partition", mtx, "--parts", 2, "--skip-lines", 1, "--out", tmp_path / "k"],
               "format 'mtx' takes no option --skip-lines: expected none")
+
+
+def test_partition_never_imports_torch(tmp_path):
+    """`haloflow partition` builds only its own parser: the trainers' parsers would import torch (~230 MiB RSS)."""
+    import subprocess
+    import sys
+
+    path, out = _snap(tmp_path), tmp_path / "parts"
+    code = ("import sys; from haloflow.cli import main; "
+            f"status = main(['partition', {str(path)!r}, '--parts', '2', '--out', {str(out)!r}]); "
+            "print(status, 'torch' in sys.modules)")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert run.stdout.split()[-2:] == ["0", "False"], run.stdout + run.stderr
+    assert (out / "meta.json").is_file()
+    # the control: a trainer's parser does import it
+    code = "import sys; from haloflow.cli import build_parser; build_parser('train'); print('torch' in sys.modules)"
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert run.stdout.split()[-1] == "True"
