@@ -1,11 +1,11 @@
 """Out-of-core partitioning benchmark: an R-MAT graph larger than the memory budget, partitioned by
 ``--memory-budget``, beside the in-memory pipeline and METIS on a graph both can take.
 
-Every run is a child process (the partition CLI's imports loaded: NumPy, numba, SciPy, not torch, as
-``haloflow partition`` has them); its peak RSS comes from the OS (``os.wait4``'s ``ru_maxrss`` of that child).
-Reported per run: wall time per pass, the peak RSS against the budget, temporary disk, edge cut and balance, and input edges per second of
-each streaming pass. The load average is recorded before and after each run: on a shared 2-core machine a run
-beside other jobs measures them too.
+Every run is a child process (the partition CLI's imports loaded: NumPy, numba, SciPy, not torch, as ``haloflow
+partition`` has them); its peak RSS comes from the OS (``os.wait4``'s ``ru_maxrss`` of that child). Reported per
+run: wall time per pass, the peak RSS against the budget, temporary disk, edge cut and balance, and input edges per
+second of each streaming pass. The load average is recorded before and after each run: on a shared 2-core machine a
+run beside other jobs measures them too.
 
     haloflow bench partition-ooc                                   # R-MAT 25, 16 parts, 3 GiB (about 45 GB disk)
     haloflow bench partition-ooc --scale 20 --budget 600MiB --compare-scale 18 --features 16    # a quick look
