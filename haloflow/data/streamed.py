@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -145,9 +146,16 @@ def open_edge_source(path: str | os.PathLike, format: str = "auto", **options) -
 
 def open_streamed(path: str | os.PathLike, format: str = "auto", **options):
     """``(EdgeSource, NodeArrays | None)`` for ``path``: an ``arrays`` folder's node data comes with its edges;
-    every other format has none. Options as `open_edge_source`."""
+    every other format has none. Options as `open_edge_source`.
+
+    The pipeline reads its input once per pass (the node count, then the buckets), so a pipe or FIFO (``-``,
+    ``/dev/stdin``), which can be read once, is refused up front."""
     from haloflow.data.readers import detect_format
 
+    mode = os.stat(path).st_mode
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        raise ConfigError(f"{path} is a pipe or device, and --memory-budget reads its input once per pass: expected a "
+                          "file or folder (save the stream to a file first, or drop --memory-budget)")
     if (detect_format(Path(path)) if format == "auto" else format) == "arrays":
         from haloflow.data.graph_folder import GraphFolder
 

@@ -45,6 +45,31 @@ def test_budget_too_small_fails_at_once_with_one_line(tmp_path, cli_fails):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["sbm"]
 
 
+def test_a_budget_below_the_process_itself_says_so_before_reading(tmp_path, cli_fails):
+    (tmp_path / "g.txt").write_text("0 1\n1 2\n2 0\n")  # a text list: its node count is unknown until read
+    cli_fails(["partition", tmp_path / "g.txt", "--parts", "2", "--method", "fennel", "--memory-budget", "1KiB",
+               "--out", tmp_path / "out"],
+              "--memory-budget 1.0 KiB is below what this process holds before reading the graph (",
+              "expected --memory-budget >=")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_pipe_is_refused_up_front(tmp_path):
+    """The passes read the input more than once; a pipe would be read empty the second time ("empty graph")."""
+    run = subprocess.run([sys.executable, "-m", "haloflow", "partition", "/dev/stdin", "--parts", "2", "--method",
+                          "fennel", "--memory-budget", "4GiB", "--out", str(tmp_path / "out")],
+                         input="0 1\n1 2\n2 0\n", capture_output=True, text=True)
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    assert run.stderr.strip().endswith("/dev/stdin is a pipe or device, and --memory-budget reads its input once per "
+                                       "pass: expected a file or folder (save the stream to a file first, or drop "
+                                       "--memory-budget)")
+    assert not (tmp_path / "out").exists()
+    # the control: the same lines from a file partition
+    (tmp_path / "g.txt").write_text("0 1\n1 2\n2 0\n")
+    assert main(["partition", str(tmp_path / "g.txt"), "--parts", "2", "--method", "fennel", "--memory-budget",
+                 "4GiB", "--out", str(tmp_path / "out")]) == 0
+
+
 def test_flag_errors(tmp_path, cli_fails):
     folder = _folder(tmp_path, n=100)
     base = ["partition", folder, "--parts", "2", "--out", tmp_path / "out"]

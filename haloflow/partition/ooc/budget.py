@@ -165,6 +165,10 @@ class MemoryPlan:
 
 def _budget_line(budget: int, base: int, n: int, per_node: int, at_least: bool) -> str:
     need = math.ceil((base + n * per_node + MIN_WORK) / (1 - SLACK))
+    if n == 0:  # no node read yet: the process alone is over the budget
+        return (f"--memory-budget {format_bytes(budget)} is below what this process holds before reading the graph "
+                f"({format_bytes(base)}, plus {format_bytes(MIN_WORK)} for chunks); expected --memory-budget >= "
+                f"{format_bytes(need)}")
     count = f"at least {n:,}" if at_least else f"{n:,}"
     return (f"--memory-budget {format_bytes(budget)} cannot hold this graph: its {count} nodes need {per_node} bytes "
             f"per node ({format_bytes(n * per_node)}) in the per-node arrays, plus {format_bytes(MIN_WORK)} for "
