@@ -8,7 +8,8 @@
                                    memory-mapped folder; SlotDirectory (directory.py) decides, RowMover
                                    (transfer.py) prefetches in the background
     RowOptimizer (optim.py)        SGD, Adagrad, RowWiseAdagrad: state stored and moved with the rows
-    CachePolicy (policy.py)        LRU, LFU, frequency (Colossal-AI); belady.py the optimum; mrc.py hit-rate curves
+    CachePolicy (policy.py)        LRU, LFU, frequency (Colossal-AI), lookahead (lookahead.py: Belady within the
+                                   next W batches, announced by the driver); belady.py the optimum; mrc.py curves
     CachedEmbeddingBag             sum-pooled bags over any RowStore, optimizer fused into step()
 
     store = CachedStore.from_config(BackingStore.create("emb/t2", N, 16, Adagrad(lr=0.01)),
@@ -22,6 +23,7 @@ from haloflow.cache.belady import belady_hits
 from haloflow.cache.cache import CacheConfig, CachedStore
 from haloflow.cache.directory import BatchPlan, SlotDirectory
 from haloflow.cache.embedding_bag import CachedEmbeddingBag
+from haloflow.cache.lookahead import LookaheadPolicy
 from haloflow.cache.memory import MemoryStore
 from haloflow.cache.mrc import MRCPoint, miss_ratio_curve, simulate, smallest_cache_for
 from haloflow.cache.optim import SGD, Adagrad, RowWiseAdagrad, make_optimizer
@@ -48,6 +50,7 @@ __all__ = [
     "LRUPolicy",
     "LFUPolicy",
     "FrequencyPolicy",
+    "LookaheadPolicy",
     "make_policy",
     "POLICIES",
     "belady_hits",

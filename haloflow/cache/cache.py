@@ -40,7 +40,7 @@ from torch import Tensor
 
 from haloflow.cache.backing import BackingStore
 from haloflow.cache.directory import BatchPlan, SlotDirectory
-from haloflow.cache.policy import POLICIES, LRUPolicy, make_policy
+from haloflow.cache.policy import DEFAULT_WINDOW, POLICIES, LRUPolicy, make_policy
 from haloflow.cache.transfer import RowMover
 from haloflow.cache.types import CachePolicy, CacheStats
 from haloflow.errors import ConfigError
@@ -55,8 +55,10 @@ class CacheConfig:
     Args:
         num_slots: slots on the device (rows it can hold).
         ratio: slots as a fraction of the table's rows (``--cache-ratio``), rounded up, at least 1.
-        policy: ``"lru"``, ``"lfu"`` or ``"frequency"`` (Colossal-AI's; needs a histogram).
+        policy: ``"lru"``, ``"lfu"``, ``"frequency"`` (Colossal-AI's; needs a histogram) or ``"lookahead"``
+            (Belady within the next ``window`` batches, which the driver announces with ``CachedStore.upcoming``).
         admit_all: cache every miss (True, classic) or only misses the policy scores above the victim.
+        window: batches ahead the lookahead policy sees (ignored by the others).
         max_bytes: device memory the slots (rows + optimizer state) may use; None: no budget.
     """
 
@@ -64,6 +66,7 @@ class CacheConfig:
     ratio: float | None = None
     policy: str = "lru"  # needs no data statistics; "frequency" hits more when a histogram is at hand
     admit_all: bool = True
+    window: int = DEFAULT_WINDOW
     max_bytes: int | None = None
 
     def __post_init__(self) -> None:
@@ -77,6 +80,8 @@ class CacheConfig:
                               field="ratio")
         if self.policy not in POLICIES:
             raise ConfigError(f"CacheConfig.policy must be one of {POLICIES}, got {self.policy!r}", field="policy")
+        if self.window < 1:
+            raise ConfigError(f"CacheConfig.window must be >= 1 batch, got {self.window}", field="window")
         if self.max_bytes is not None and self.max_bytes < 1:
             raise ConfigError(f"CacheConfig.max_bytes must be >= 1, got {self.max_bytes}", field="max_bytes")
 
@@ -136,7 +141,7 @@ class CachedStore:
     def from_config(cls, backing: BackingStore, config: CacheConfig, *, device: torch.device | str = "cpu",
                     histogram: np.ndarray | None = None, name: str | None = None) -> CachedStore:
         """A store sized and ruled by ``config`` (``histogram``: the row counts the frequency policy needs)."""
-        policy = make_policy(config.policy, histogram=histogram, admit_all=config.admit_all)
+        policy = make_policy(config.policy, histogram=histogram, admit_all=config.admit_all, window=config.window)
         return cls(backing, num_slots=config.slots_for(backing.num_rows), policy=policy, device=device,
                    max_bytes=config.max_bytes, name=name)
 
@@ -187,6 +192,12 @@ class CachedStore:
         dirty = self._claim(plan)
         self._pending = plan
         self._mover.submit(lambda: self._move(plan, dirty))
+
+    def upcoming(self, ids: Tensor) -> None:
+        """Announce the ids of the next batch not yet announced, for a policy that looks ahead (``policy.window``
+        batches before each is gathered; batches in order, from the first). A no-op for the other policies."""
+        if self.directory.policy.window:
+            self.directory.policy.upcoming(ids.detach().to("cpu").numpy())
 
     # ------------------------------------------------------------------------------------------ updates
     def apply_gradients(self, ids: Tensor, grads: Tensor) -> None:
@@ -283,7 +294,8 @@ class CachedStore:
         return self.backing.state_dict()
 
     def load_state_dict(self, state: dict[str, Tensor]) -> None:
-        """Replace every row and its state; the cache starts over (warm start again, stats kept)."""
+        """Replace every row and its state; the cache starts over (warm start again, stats kept; a lookahead
+        policy forgets the batches announced, so announce again from the next one)."""
         self._mover.wait()
         self._pending = self._outstanding = None
         self.backing.load_state_dict(state)

@@ -57,6 +57,12 @@ class CachedEmbeddingBag(nn.Module):
         if fetch is not None:
             fetch(ids)
 
+    def upcoming(self, ids: Tensor) -> None:
+        """Announce a batch to come to a store whose policy looks ahead (``CachedStore.upcoming``); else a no-op."""
+        announce = getattr(self.store, "upcoming", None)
+        if announce is not None:
+            announce(ids)
+
     def step(self) -> None:
         """Hand each pending forward's ``rows.grad`` to ``store.apply_gradients``; rows without a gradient skip."""
         for uniq, grad in self.take_gradients():

@@ -34,8 +34,13 @@ def simulate(trace: Sequence[np.ndarray], num_slots: int, policy: CachePolicy, *
         raise ConfigError(f"num_slots must be in 1..{num_rows} (the table's rows), got {num_slots}", field="num_slots")
     d = SlotDirectory(num_rows, num_slots, policy)
     d.warm()
-    for batch in trace:
-        d.plan(np.unique(np.asarray(batch, dtype=np.int64)))
+    batches = [np.unique(np.asarray(b, dtype=np.int64)) for b in trace]
+    for b in batches[:policy.window]:  # a lookahead policy sees W batches ahead, as the store's driver shows it
+        policy.upcoming(b)
+    for i, batch in enumerate(batches):
+        if i + policy.window < len(batches) and policy.window:
+            policy.upcoming(batches[i + policy.window])
+        d.plan(batch)
     return d.stats
 
 

@@ -91,12 +91,14 @@ class CachePolicy(abc.ABC):
 
     The slot directory (`haloflow.cache.directory.SlotDirectory`) asks ``scores`` for the misses of a batch and for
     the cached rows that may be evicted, evicts the lowest, and calls ``record`` once per batch with the batch's
-    distinct ids. ``admit_all`` False means a miss takes a slot only from a row that scores lower (otherwise it
+    distinct ids; a policy with a ``window`` is also told the ids of the batches to come (``upcoming``).
+    ``admit_all`` False means a miss takes a slot only from a row that scores lower (otherwise it
     is served from the backing store); True is the classic policy that caches every miss.
     """
 
     name: str
     admit_all: bool = True
+    window: int = 0  # batches ahead the policy wants announced with ``upcoming`` (0: it looks at the past only)
 
     @abc.abstractmethod
     def reset(self, num_rows: int) -> None:
@@ -109,6 +111,10 @@ class CachePolicy(abc.ABC):
     @abc.abstractmethod
     def scores(self, ids: np.ndarray) -> np.ndarray:
         """Keep-priority of ``ids`` (k,) as a (k,) array; ties are broken by the smaller id leaving first."""
+
+    def upcoming(self, ids: np.ndarray) -> None:
+        """The ids (any order, repeats allowed) of the next batch not yet announced; batches are announced in order
+        from batch 0, up to ``window`` ahead of the one being planned. Ignored unless the policy looks ahead."""
 
     def warm_start(self, num_slots: int) -> np.ndarray:
         """Row ids to load before the first batch (at most ``num_slots``); none by default."""

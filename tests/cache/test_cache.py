@@ -11,7 +11,9 @@ from tests.cache.conftest import zipf_batches
 
 N, D, STEPS = 24, 3, 50
 OPTIMIZERS = {"sgd": SGD(lr=0.1), "adagrad": Adagrad(lr=0.1), "rowwise": RowWiseAdagrad(lr=0.1)}
-POLICY_CASES = [("lru", True), ("lfu", True), ("frequency", True), ("frequency", False)]
+POLICY_CASES = [("lru", True), ("lfu", True), ("frequency", True), ("frequency", False), ("lookahead", True),
+                ("lookahead", False)]
+WINDOW = 4  # batches announced ahead to a lookahead policy
 
 
 def _w0():
@@ -23,11 +25,15 @@ def _batches():
 
 
 def train(store, batches, prefetch=False, finish=True):
-    """STEPS steps of a random linear loss on sum-pooled bags, the next batch prefetched during each step;
-    then (``finish``) a copy of the store's state_dict."""
+    """STEPS steps of a random linear loss on sum-pooled bags, the next batch prefetched during each step, WINDOW
+    batches announced ahead (used by a lookahead policy only); then (``finish``) a copy of the store's state_dict."""
     bag = CachedEmbeddingBag(store)
     g = torch.Generator().manual_seed(1)
+    for ids, _ in batches[:WINDOW]:
+        bag.upcoming(ids)
     for i in range(STEPS):
+        if i + WINDOW < STEPS:
+            bag.upcoming(batches[i + WINDOW][0])
         ids, offsets = batches[i]
         out = bag(ids, offsets)  # (B, D)
         if prefetch:
@@ -58,7 +64,8 @@ def test_identical_to_the_uncached_table_at_every_size(opt_name, policy, admit_a
     evicted = 0
     for slots in (1, 2, 5, 12, N):
         backing = BackingStore.in_memory(N, D, OPTIMIZERS[opt_name], weight=_w0())
-        store = CachedStore(backing, num_slots=slots, policy=make_policy(policy, histogram=hist, admit_all=admit_all))
+        store = CachedStore(backing, num_slots=slots,
+                            policy=make_policy(policy, histogram=hist, admit_all=admit_all, window=WINDOW))
         got = train(store, batches, prefetch)
         for k in ref:
             assert torch.equal(got[k], ref[k]), (slots, k)
