@@ -197,12 +197,17 @@ _LAUNCH_FLAGS = ("--nproc", "--nnodes", "--node-rank", "--rdzv-endpoint")
 
 
 def _without_launch_flags(argv: list[str]) -> list[str]:
+    """``argv`` less the launch flags and their values, also as argparse's abbreviations (``--npr 2``,
+    ``--nnod=2``): the parser already accepted the command line, so a word that begins one launch flag's name
+    was read as that flag (one that began another option's name too would have been refused as ambiguous)."""
     out, skip = [], False
     for a in argv:
         if skip:
             skip = False
-        elif a in _LAUNCH_FLAGS:
-            skip = True
-        elif not a.startswith(tuple(f"{f}=" for f in _LAUNCH_FLAGS)):
+            continue
+        name, eq, _ = a.partition("=")
+        if len(name) > 2 and name.startswith("--") and any(flag.startswith(name) for flag in _LAUNCH_FLAGS):
+            skip = not eq
+        else:
             out.append(a)
     return out

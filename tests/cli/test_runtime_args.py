@@ -176,3 +176,18 @@ def test_two_nodes_train_as_one_and_recover_from_a_killed_rank_without_a_traceba
 ])
 def test_multi_node_mistakes_are_one_line(cli_fails, parts, argv, message):
     cli_fails([*GCN, "--partitions", parts, *argv], message)
+
+
+def test_the_ranks_command_line_drops_launch_flags_also_when_abbreviated():
+    """argparse accepts `--npr 2` for `--nproc 2`; a rank that kept it would launch again."""
+    from haloflow.cli import build_parser
+    from haloflow.cli.runtime_args import _without_launch_flags
+
+    argv = ["train", "gcn", "--dataset", "d", "--npr", "2", "--epochs", "3", "--nnod=2", "--node-r", "1",
+            "--rdzv-endpoint", "h:1", "--max-restarts", "1"]
+    args = build_parser("train").parse_args(argv)
+    assert (args.nproc, args.nnodes, args.node_rank) == (2, 2, 1)  # what the launcher read
+    rank_argv = _without_launch_flags(argv)
+    assert rank_argv == ["train", "gcn", "--dataset", "d", "--epochs", "3", "--max-restarts", "1"]
+    rank = build_parser("train").parse_args(rank_argv)
+    assert (rank.nproc, rank.nnodes, rank.node_rank, rank.rdzv_endpoint) == (None, 1, 0, None)
