@@ -26,7 +26,8 @@ COMMAND = "plan-tables"
 HELP = "plan how embedding tables are sharded over K ranks (data-parallel, table-, row-, column-wise)"
 
 
-_OPTIMIZER_SLOTS = {"sgd": 0.0, "adagrad": 1.0, "rowwise_adagrad": 0.0, "adam": 2.0}
+# optimizer state per weight and per row, in weights (row-wise Adagrad: one sum of squares per row)
+_OPTIMIZER_SLOTS = {"sgd": (0.0, 0.0), "adagrad": (1.0, 0.0), "rowwise_adagrad": (0.0, 1.0), "adam": (2.0, 0.0)}
 
 
 def _optimizer_name(text: str) -> str:
@@ -95,7 +96,8 @@ def run(args: argparse.Namespace) -> int:
             allreduce_bandwidth=parse_bytes(args.allreduce_bandwidth, "--allreduce-bandwidth"),
             host_bandwidth=parse_bytes(args.host_bandwidth, "--host-bandwidth"),
         )
-        cost_model = EmbeddingCostModel(batch_size=args.batch_size, optimizer_slots=_OPTIMIZER_SLOTS[args.optimizer],
+        per_weight, per_row = _OPTIMIZER_SLOTS[args.optimizer]
+        cost_model = EmbeddingCostModel(batch_size=args.batch_size, optimizer_slots=per_weight, row_slots=per_row,
                                         dp_grad=args.dp_grad)
         reservation = FixedFractionReservation(fraction=args.reserve)
         if args.dim < 1:

@@ -17,12 +17,12 @@ One training step of a global batch B on K ranks (each rank holds b = B/K sample
       dp_grad="dense":  ring all-reduce of the whole gradient, 2(K-1)/K · R·D·e bytes sent
       (the sharded engine's two modes, same names)
 
-    memory of a shard: rows · c · e · (1 + optimizer_slots)
+    memory of a shard: rows · (c · (1 + optimizer_slots) + row_slots) · e
 
     cached table (one shard, the whole table, on rank r; S of its R rows in device slots): the table-wise
-      traffic, plus host <-> device traffic on r of 2·m·D·e·(1 + optimizer_slots) bytes - every miss loads a
+      traffic, plus host <-> device traffic on r of 2·m·(D·(1 + optimizer_slots) + row_slots)·e bytes - every miss loads a
       row with its state, and evicts (writes back) a dirty one - for m = u·(1 - hit rate(S)) misses among the
-      u distinct ids of the global batch; device memory S·D·e·(1 + optimizer_slots), host memory the table's
+      u distinct ids of the global batch; device memory S·(D·(1 + optimizer_slots) + row_slots)·e, host memory the table's
       plus the cache's maps and policy state, 2·8·(R + S) bytes (row -> slot and the policy's score per row,
       slot -> row and the free list per slot: ``SlotDirectory.nbytes``).
       hit rate(S): the table's miss-ratio curve (``TableSpec.cache_curve``) interpolated, or estimated from
@@ -66,6 +66,8 @@ class EmbeddingCostModel(CostModel):
             single-process Kaggle recipe uses 128 per step).
         element_bytes: bytes per weight (4 = fp32).
         optimizer_slots: optimizer state per weight, in weights: 0 for SGD, 1 for Adagrad, 2 for Adam.
+        row_slots: optimizer state per row of every shard, in weights: 1 for row-wise Adagrad (one sum of squares
+            per row, whatever its columns; a column-wise shard keeps its own), 0 otherwise.
         index_bytes: bytes per id and per length in the input all-to-all (int64).
         lookup_passes: gather forward (1) plus read and write of the sparse update backward (2).
         dp_grad: how the engine sums data-parallel gradients, "sparse" (its default) or "dense".
@@ -74,6 +76,7 @@ class EmbeddingCostModel(CostModel):
     batch_size: int = 2048
     element_bytes: int = 4
     optimizer_slots: float = 0.0
+    row_slots: float = 0.0
     index_bytes: int = 8
     lookup_passes: float = 3.0
     dp_grad: str = "sparse"
@@ -85,6 +88,8 @@ class EmbeddingCostModel(CostModel):
                 raise ConfigError(f"{key} must be an integer >= 1, got {v!r}")
         if not self.optimizer_slots >= 0:
             raise ConfigError(f"optimizer_slots must be >= 0 (SGD 0, Adagrad 1, Adam 2), got {self.optimizer_slots}")
+        if not self.row_slots >= 0:
+            raise ConfigError(f"row_slots must be >= 0 (row-wise Adagrad 1), got {self.row_slots}")
         if self.dp_grad not in ("sparse", "dense"):
             raise ConfigError(f"dp_grad must be 'sparse' or 'dense', got {self.dp_grad!r}")
         if not self.lookup_passes > 0:
@@ -156,7 +161,7 @@ class EmbeddingCostModel(CostModel):
 
     def shard_memory(self, rows, cols):
         """Device bytes of a shard's weights and optimizer state."""
-        return rows * cols * self.element_bytes * (1.0 + self.optimizer_slots)
+        return rows * (cols * (1.0 + self.optimizer_slots) + self.row_slots) * self.element_bytes
 
     # --- cached tables -----------------------------------------------------------------------------------
     def hit_rate(self, spec: TableSpec, slots) -> np.ndarray:
@@ -194,13 +199,13 @@ class EmbeddingCostModel(CostModel):
         """Host <-> device bytes per step of ``spec`` cached in ``slots`` device rows (on the rank holding it)."""
         u = self.table_unique(spec, 1)  # distinct ids of the global batch: the holder serves every rank
         misses = u * (1.0 - self.hit_rate(spec, slots))
-        return 2.0 * misses * spec.dim * self.element_bytes * (1.0 + self.optimizer_slots)
+        return 2.0 * misses * (spec.dim * (1.0 + self.optimizer_slots) + self.row_slots) * self.element_bytes
 
     # --- describing tables (for messages) ----------------------------------------------------------------
     def describe(self, spec: TableSpec) -> str:
         """``10,131,227 x 16 fp32 + optimizer state = 1.21 GiB``."""
         precision = PRECISIONS.get(self.element_bytes, f"{self.element_bytes}-byte")
-        opt = " + optimizer state" if self.optimizer_slots > 0 else ""
+        opt = " + optimizer state" if self.optimizer_slots > 0 or self.row_slots > 0 else ""
         return f"{spec.num_rows:,} x {spec.dim} {precision}{opt} = {gib(self.shard_memory(spec.num_rows, spec.dim))}"
 
     # --- a whole plan ------------------------------------------------------------------------------------

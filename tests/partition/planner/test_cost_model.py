@@ -101,3 +101,20 @@ def test_hit_rates_from_a_curve_a_histogram_or_uniform_ids():
     hist = TableSpec(name="h", num_rows=100, dim=4, id_frequencies=np.array([1.0, 3.0]))
     hot, cold = 50 * (1 - 0.985**4), 50 * (1 - 0.995**4)
     np.testing.assert_allclose(cm.hit_rate(hist, [50, 25, 100]), [hot / (hot + cold), hot / 2 / (hot + cold), 1.0])
+
+
+def test_rowwise_adagrad_state_is_one_weight_per_row_of_every_shard():
+    """Row-wise Adagrad keeps one sum of squares per row (``RowWiseAdagrad.state_spec``): a 10 x 4 table holds
+    10 x (4 + 1) floats, and each of its two column-wise halves 10 x (2 + 1); per-weight slots would say 10 x 4."""
+    from haloflow.cache.optim import RowWiseAdagrad
+
+    per_row = sum(int(np.prod(shape)) if shape else 1 for shape, _ in RowWiseAdagrad().state_spec(4).values())
+    model = EmbeddingCostModel(batch_size=4, row_slots=float(per_row))
+    assert per_row == 1
+    assert model.shard_memory(10, 4) == 10 * (4 + 1) * 4
+    assert model.shard_memory(10, 2) * 2 == 10 * (4 + 2) * 4  # two column shards: a sum per row each
+    assert EmbeddingCostModel(batch_size=4).shard_memory(10, 4) == 10 * 4 * 4  # the control: SGD, no state
+    spec = TableSpec(name="t", num_rows=10, dim=4, pooling_factor=2.0)
+    assert "optimizer state" in model.describe(spec)
+    with pytest.raises(ConfigError, match="row_slots must be >= 0"):
+        EmbeddingCostModel(row_slots=-1.0)
