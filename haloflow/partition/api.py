@@ -4,7 +4,8 @@
 
     PartitionConfig --validate--> method ----------------------------> rebalance -----------> Assignment
                                    metis:  symmetric adjacency, METIS  (only if a weight is    parts (N,) in [0, K)
-                                   fennel: streaming over the CSR       over its cap; see
+                                   fennel: streaming over the CSR,      over its cap; see
+                                     every balanced weight in its score
                                    random: seeded permutation           balance.py)
                                    kahip / mtkahypar: as metis, through
                                      the optional packages (external.py)
@@ -32,7 +33,7 @@ from haloflow.partition.metis import metis_partition, symmetric_adjacency
 from haloflow.partition.random import random_partition
 from haloflow.partition.types import Assignment
 
-__all__ = ["METHODS", "FENNEL_ORDER_CHOICES", "PartitionConfig", "partition_graph"]
+__all__ = ["METHODS", "FENNEL_ORDER_CHOICES", "PartitionConfig", "partition_graph", "fennel_weights"]
 
 log = logging.getLogger(__name__)
 
@@ -149,6 +150,7 @@ def partition_graph(
             graph.indptr, graph.indices, k, imbalance=config.imbalance, seed=config.seed,
             chunk_size=config.chunk_size, start=config.fennel_start, passes=config.passes,
             order="bfs" if config.fennel_order == "auto" else config.fennel_order, progress=progress,
+            **fennel_weights(weights, config),
         )
     else:
         parts = random_partition(graph.num_nodes, k, seed=config.seed)
@@ -159,6 +161,18 @@ def partition_graph(
         {b: f"{int(l)}/{int(c)}" for b, l, c in zip(config.balance, part_loads(parts, weights, k).max(0), caps)},
     )
     return Assignment(parts=parts, num_parts=k, method=config.method, seed=config.seed)
+
+
+def fennel_weights(weights: np.ndarray, config: PartitionConfig) -> dict:
+    """Fennel's balance arguments for ``config``: none for the vertex count alone (the paper's score, capped at
+    ``imbalance * N / K``); otherwise every balanced weight with its strict goal as the hard cap, so that an
+    assignment that meets them all leaves the rebalancer nothing to move. The out-of-core stream calls this too.
+    """
+    if config.balance == ("nodes",):
+        return {}
+    caps = balance_caps(weights, config.num_parts, config.imbalance)
+    goals = balance_goals(weights, config.num_parts, config.imbalance)
+    return {"weights": weights, "caps": np.minimum(goals, caps)}
 
 
 def _check_inputs(graph: CSRGraph, config: PartitionConfig, train_mask: np.ndarray | None) -> np.ndarray | None:

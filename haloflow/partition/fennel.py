@@ -11,13 +11,39 @@ adjacency (``metis.symmetric_adjacency``). With in-neighbours only, each edge is
 instead of twice, which is why m counts nnz / 2 in both cases: the neighbour term and the size penalty keep the
 paper's ratio.
 
+Several weights (``weights`` (N, W), ``caps`` (W,): nodes, in-edges, training nodes; ``balance.balance_weights``).
+The paper's cost alpha * sum_i |P_i| ** gamma becomes one such cost per weight, each weight rescaled to sum to n
+(so each is on the vertex count's scale), and a vertex pays every weight it carries::
+
+    score(v, i) = |N(v) & P_i| - sum_w alpha_w * gamma * L_w(i) ** (gamma - 1) * w'(v),
+    L_w(i) = s_w * load_w(i),   w'(v) = s_w * weight_w(v),   s_w = n / total_w,   alpha_w = 2 alpha
+
+among the parts where v fits under every cap. A hub pays for its edges in proportion to its degree, so the
+hubs spread over the parts as they come and the parts fill evenly on every weight, instead of the edge-heavy core
+landing in one part for the rebalancer to take apart (the vertex count alone leaves Slashdot K = 4 at 3.4 x the
+mean part's edges). For one weight this is the vertex-weighted Fennel score (a vertex of weight c pays c times
+the marginal cost), as weighted streaming partitioners use it; here there is one such term per balanced weight,
+and the hard caps are what keeps each weight within its bound.
+
+Where v fits nowhere (every part full on some weight that v carries, or one vertex heavier than the room left), it
+goes where it adds least to the excess over the caps (``balance.py``'s measure, each weight over its cap), the
+score breaking ties. In a restreaming pass that moves v out of a part over its cap on one weight into one over on
+another only if that lowers the excess, so the restreaming passes drain what the first pass left over; the
+rebalancer afterwards (``api.partition_graph``) stays the guarantee.
+
+Why alpha_w = 2 alpha: at alpha (the costs simply summed) the parts reach the caps during the first pass and the
+late vertices go where they fit rather than where their neighbours are (cut fraction Enron K = 4: 0.307 against
+0.261; Slashdot K = 4: 0.535 against 0.472); at 0.5 alpha some runs end over a cap for the rebalancer to mend. 3
+and 4 alpha cut within 5% of 2 alpha either way (Enron and Slashdot, K = 4 and 16), no run ending over a cap.
+
 Streaming over a CSR that may be memory-mapped (the arrays are only ever indexed, never copied)::
 
     order = BFS order (default) or 0..N-1              (N int64)
     pass 1..P:  for each chunk of chunk_size vertices of the order:
                     place each v of the chunk: read row v, count neighbours per part, score the K parts
 
-Memory of its own: order + parts (2 N int64) + sizes, conn, touched (K each). Time per pass: O(nnz + N * K).
+Memory of its own: order + parts (2 N int64) + sizes, conn, touched (K each), loads (K W). Time per pass:
+O(nnz + N * K * W).
 Later passes are restreaming (Nishimura & Ugander, KDD'13): v leaves its part, then is placed again seeing every
 neighbour's latest part. It improves the cut at the same cost per pass.
 
@@ -31,13 +57,16 @@ Two starts (``start="auto"``, the default, runs both and keeps the smaller cut):
 
     stream   pass 1 places every vertex by the Fennel score from empty parts (then restreaming)
     bisect   recursive BFS bisection: BFS over the current piece from a pseudo-peripheral vertex, the first
-             round(|piece| * k1 / k) vertices of that order form one side; recurse to K pieces (O(nnz log K) time,
-             O(N) memory); then the restreaming passes
+             round(|piece| * k1 / k) vertices of that order form one side (with several weights: the shortest
+             prefix holding k1 / k of the piece's rescaled weights, their mean); recurse to K pieces (O(nnz log K)
+             time, O(N) memory); then the restreaming passes
 
 On a mesh-like graph, stream grows all K parts at once along the BFS front, so parts end as long strips; the
 bisection's pieces are compact regions. Measured cut relative to METIS, NE road network K = 4 / 16: stream
 35 / 17, bisect 8.8 / 8.9 (0.00088 / 0.0036 against 0.0001 / 0.0004). On the social graphs stream wins
 (Slashdot K = 4: 0.225 against 0.271), so auto keeps it there. Auto costs two runs' time.
+With several weights, a start that ends over a cap loses to one that does not (the rebalancing moves would cost
+cut that the comparison does not see).
 """
 
 from __future__ import annotations
@@ -59,6 +88,9 @@ FENNEL_GAMMA = 1.5
 FENNEL_PASSES = 4  # one streaming pass + 3 restreaming passes; see the module docstring
 FENNEL_STARTS = ("auto", "stream", "bisect")
 FENNEL_ORDERS = ("bfs", "natural")
+# alpha of each weight's penalty when several are balanced, relative to the paper's alpha (measured in the module
+# docstring: at 1 the parts reach the caps in the first pass and late vertices go where they fit)
+WEIGHTED_ALPHA = 2.0
 
 
 def fennel_partition(
@@ -72,6 +104,8 @@ def fennel_partition(
     passes: int = FENNEL_PASSES,
     order: str = "bfs",
     start: str = "auto",
+    weights: np.ndarray | None = None,
+    caps: np.ndarray | None = None,
     progress: bool = False,
 ) -> np.ndarray:
     """int64 (N,) part of each vertex, at most ``max(imbalance * N / K, ceil(N / K))`` vertices per part.
@@ -89,6 +123,8 @@ def fennel_partition(
             sweeps over the rows, O(N) memory); ``"natural"`` streams ids 0..N-1, reading the CSR sequentially.
         start: ``"stream"`` (plain Fennel first pass), ``"bisect"`` (recursive BFS bisection, then ``passes - 1``
             restreaming passes) or ``"auto"`` (both; the smaller edge cut wins, stream on a tie).
+        weights, caps: int64 (N, W) and (W,): balance every column at once, each part at most ``caps`` on each
+            (the module docstring's weighted score); None balances the vertex count alone, capped as above.
     """
     if order not in FENNEL_ORDERS:
         raise ConfigError(f"fennel order must be 'bfs' or 'natural', got {order!r}")
@@ -112,14 +148,14 @@ def fennel_partition(
         ids = None
     starts = ("stream", "bisect") if start == "auto" else (start,)
     chunks = range(0, n, chunk_size)
-    best, best_cut = None, -1
+    best, best_key = None, None
     with progress_bar(total=len(starts) * passes * len(chunks), desc="fennel", unit="chunk",
                       enabled=progress) as bar:
         for how in starts:
-            stream = FennelStream(n, nnz, k, imbalance=imbalance, seed=seed)
+            stream = FennelStream(n, nnz, k, imbalance=imbalance, seed=seed, weights=weights, caps=caps)
             first = 0
             if how == "bisect":
-                _bisect(indptr, indices, k, stream.parts)
+                _bisect(indptr, indices, k, stream.parts, _bisection_weight(weights))
                 stream.recount()
                 bar.update(len(chunks))
                 first = 1
@@ -132,17 +168,33 @@ def fennel_partition(
                         stream.place_order(indptr, indices, ids[lo:hi], restream=p > 0)
                     bar.update(1)
             parts = stream.parts
-            cut = _cut_entries(indptr, indices, parts) if len(starts) > 1 else 0
-            log.debug("fennel: K=%d, start %s, %d passes, order %s, cut entries %d, part sizes %s",
-                      k, how, passes, order, cut, stream.sizes.tolist())
-            if best is None or cut < best_cut:
-                best, best_cut = parts, cut
+            # with several weights, a start that ends over a cap leaves work to the rebalancer, whose moves cost
+            # cut: it loses
+            key = (stream.over_caps() if weights is not None else 0, _cut_entries(indptr, indices, parts) if len(starts) > 1 else 0)
+            log.debug("fennel: K=%d, start %s, %d passes, order %s, (loads over a cap, cut entries) %s, "
+                      "part sizes %s", k, how, passes, order, key, stream.sizes.tolist())
+            if best is None or key < best_key:
+                best, best_key = parts, key
             del parts, stream  # at most two (N,) assignments alive at once
     return best
 
 
-def _bisect(indptr: np.ndarray, indices: np.ndarray, num_parts: int, parts: np.ndarray) -> None:
+def _bisection_weight(weights: np.ndarray | None) -> np.ndarray | None:
+    """float64 (N,) what the bisection splits evenly: the mean of the weights, each rescaled to mean 1 (None:
+    the vertex count)."""
+    if weights is None:
+        return None
+    totals = weights.sum(axis=0)  # (W,)
+    scale = np.where(totals > 0, weights.shape[0] / np.maximum(totals, 1), 0.0) / weights.shape[1]  # (W,)
+    return weights @ scale  # (N,)
+
+
+def _bisect(indptr: np.ndarray, indices: np.ndarray, num_parts: int, parts: np.ndarray,
+            vweight: np.ndarray | None = None) -> None:
     """Recursive BFS bisection into ``parts`` (int64 (N,), overwritten with [0, K)); see the module docstring.
+
+    Each cut of a BFS order falls where the first side holds k1 / k of the piece: of its vertices, or of
+    ``vweight`` (float64 (N,)) when given.
 
     A piece is the set of vertices with one label; its label is its first part id plus ``num_parts`` until it
     is final, so a BFS over one piece skips every vertex of the others. The pieces on the stack are disjoint,
@@ -164,7 +216,11 @@ def _bisect(indptr: np.ndarray, indices: np.ndarray, num_parts: int, parts: np.n
         _bfs(indptr, indices, verts[0], order, verts, parts, first + k, seen)
         _bfs(indptr, indices, order[-1], order, verts, parts, first + k, seen)  # again from the far end
         k1 = kk // 2
-        n1 = int(round(verts.shape[0] * k1 / kk))
+        if vweight is None:
+            n1 = int(round(verts.shape[0] * k1 / kk))
+        else:
+            prefix = np.cumsum(vweight[order])  # (piece,)
+            n1 = int(np.searchsorted(prefix, prefix[-1] * k1 / kk))
         left, right = order[:n1], order[n1:]
         parts[left] = first + k
         parts[right] = first + k1 + k
@@ -232,32 +288,59 @@ def _cut_entries(indptr, indices, parts):
 
 
 class FennelStream:
-    """Fennel's state over a stream of vertices: the assignment, the part sizes, the hard cap and alpha.
+    """Fennel's state over a stream of vertices: the assignment, the part loads, the hard caps and alpha.
 
     The in-memory partitioner and the out-of-core one (``partition/ooc/stream.py``) both place vertices through
-    this object and the one per-vertex kernel below, so for the same graph, seed and order they make the same
-    choice at every vertex. Memory: ``parts`` (N,) plus O(K).
+    this object and the per-vertex kernels below, so for the same graph, weights, seed and order they make the
+    same choice at every vertex. Memory: ``parts`` (N,) plus O(K W); the weights are the caller's.
+
+    Two scores (module docstring): the vertex count alone (``weights`` None, the paper's Fennel), or every
+    balanced weight at once (``weights`` (N, W), ``caps`` (W,)), each with its own penalty and hard cap.
 
     Args:
         num_nodes, nnz: N and the CSR's entries (they fix the cap and alpha, see the module docstring).
         parts_dtype: int64 (the default, what ``Assignment`` holds) or int32 (half the memory out of core).
+        weights: int64 (N, W) the balanced weights (``balance.balance_weights``), or None for the vertex count.
+        caps: int64 (W,) the largest load each part may take on each weight; required with ``weights``.
     """
 
     def __init__(self, num_nodes: int, nnz: int, num_parts: int, *, imbalance: float = 1.05, seed: int = 0,
-                 parts_dtype=np.int64):
+                 parts_dtype=np.int64, weights: np.ndarray | None = None, caps: np.ndarray | None = None):
         n, k = int(num_nodes), int(num_parts)
         self.cap = max(math.floor(imbalance * n / k + 1e-9), -(-n // k))
         self.alpha = math.sqrt(k) * max(nnz / 2, 1.0) / n**1.5
         self.seed = int(seed)
         self.parts = np.full(n, -1, dtype=parts_dtype)  # (N,) -1 = not placed yet
-        self.sizes = np.zeros(k, dtype=np.int64)  # (K,)
+        self.sizes = np.zeros(k, dtype=np.int64)  # (K,) vertices per part
         self._conn = np.zeros(k, dtype=np.int64)  # scratch: neighbours per part of the vertex being placed
         self._touched = np.empty(k, dtype=np.int64)
+        self.weights = None
+        if weights is not None:
+            if caps is None or weights.ndim != 2 or weights.shape[0] != n or caps.shape != (weights.shape[1],):
+                raise ConfigError(f"FennelStream: weights must be (N={n}, W) with caps (W,), got "
+                                  f"{getattr(weights, 'shape', None)} and {getattr(caps, 'shape', None)}")
+            self.weights = np.ascontiguousarray(weights, dtype=np.int64)  # (N, W)
+            self.caps = np.ascontiguousarray(caps, dtype=np.int64)  # (W,)
+            totals = self.weights.sum(axis=0)  # (W,)
+            # each weight rescaled to sum to N, so that its penalty is on the vertex count's scale
+            self.scale = np.where(totals > 0, n / np.maximum(totals, 1), 0.0)  # (W,) float64
+            self.alpha_w = WEIGHTED_ALPHA * self.alpha
+            self.loads = np.zeros((k, self.weights.shape[1]), dtype=np.int64)  # (K, W)
 
     def recount(self) -> None:
-        """Part sizes from ``parts`` (after it was filled from outside, e.g. by the bisection)."""
-        placed = self.parts[self.parts >= 0]
-        self.sizes[:] = np.bincount(placed, minlength=self.sizes.shape[0])[: self.sizes.shape[0]]
+        """Part loads from ``parts`` (after it was filled from outside, e.g. by the bisection)."""
+        k = self.sizes.shape[0]
+        placed = self.parts >= 0
+        self.sizes[:] = np.bincount(self.parts[placed], minlength=k)[:k]
+        if self.weights is not None:
+            for j in range(self.weights.shape[1]):
+                self.loads[:, j] = np.bincount(self.parts[placed], weights=self.weights[placed, j], minlength=k)[:k]
+
+    def over_caps(self) -> int:
+        """How many (part, weight) loads are over their cap."""
+        if self.weights is None:
+            return int((self.sizes > self.cap).sum())
+        return int((self.loads > self.caps[None, :]).sum())
 
     def place_rows(self, indptr_block: np.ndarray, indices_block: np.ndarray, first: int, *, restream: bool) -> None:
         """Place the vertices ``first .. first + len(indptr_block) - 2`` in order.
@@ -267,13 +350,23 @@ class FennelStream:
             indices_block: (indptr_block[-1] - indptr_block[0],) their neighbours, row after row.
             restream: each vertex leaves its part first (a later pass).
         """
-        _place_rows(indptr_block, indices_block, first, self.parts, self.sizes, self.cap, self.alpha, FENNEL_GAMMA,
-                    self.seed, restream, self._conn, self._touched)
+        if self.weights is None:
+            _place_rows(indptr_block, indices_block, first, self.parts, self.sizes, self.cap, self.alpha,
+                        FENNEL_GAMMA, self.seed, restream, self._conn, self._touched)
+        else:
+            _place_rows_weighted(indptr_block, indices_block, first, self.parts, self.sizes, self.loads,
+                                 self.weights, self.scale, self.caps, self.alpha_w, FENNEL_GAMMA, self.seed, restream,
+                                 self._conn, self._touched)
 
     def place_order(self, indptr: np.ndarray, indices: np.ndarray, order: np.ndarray, *, restream: bool) -> None:
         """Place the vertices ``order`` (int64) in that order, reading their rows of the whole CSR."""
-        _place_order(indptr, indices, order, self.parts, self.sizes, self.cap, self.alpha, FENNEL_GAMMA, self.seed,
-                     restream, self._conn, self._touched)
+        if self.weights is None:
+            _place_order(indptr, indices, order, self.parts, self.sizes, self.cap, self.alpha, FENNEL_GAMMA,
+                         self.seed, restream, self._conn, self._touched)
+        else:
+            _place_order_weighted(indptr, indices, order, self.parts, self.sizes, self.loads, self.weights,
+                                  self.scale, self.caps, self.alpha_w, FENNEL_GAMMA, self.seed, restream, self._conn,
+                                  self._touched)
 
 
 @numba.njit(cache=True)
@@ -340,3 +433,88 @@ def _place_rows(indptr_block, indices_block, first, parts, sizes, cap, alpha, ga
     for i in range(indptr_block.shape[0] - 1):
         _place_vertex(first + i, indices_block[indptr_block[i] - base:indptr_block[i + 1] - base], parts, sizes,
                       penalty, cap, alpha, gamma, seed, restream, conn, touched)
+
+
+
+# ------------------------------------------------------------------------ several weights (module docstring)
+@numba.njit(cache=True)
+def _penalties_weighted(loads, scale, alpha, gamma):
+    # penalty[q, j] = alpha * gamma * (scale[j] * loads[q, j]) ** (gamma - 1) * scale[j]: the marginal cost of one
+    # unit of weight j in part q; refreshed only for the two parts a placement touches
+    k, w = loads.shape
+    penalty = np.empty((k, w), dtype=np.float64)
+    for q in range(k):
+        _refresh(penalty, loads, q, scale, alpha, gamma)
+    return penalty
+
+
+@numba.njit(cache=True, inline="always")
+def _refresh(penalty, loads, q, scale, alpha, gamma):
+    for j in range(loads.shape[1]):
+        penalty[q, j] = alpha * gamma * (scale[j] * loads[q, j]) ** (gamma - 1.0) * scale[j]
+
+
+@numba.njit(cache=True, inline="always")
+def _place_vertex_weighted(v, nbrs, parts, sizes, loads, wv, penalty, scale, caps, alpha, gamma, seed, restream,
+                           conn, touched):
+    """The per-vertex step with W weights: among the parts where v fits under every cap, the best score
+    ``conn[q] - sum_j penalty[q, j] * wv[j]``; when v fits nowhere, the part it overflows least (relative to the
+    caps), the score breaking ties. K W work per vertex besides its row."""
+    k, w = loads.shape
+    if restream:
+        old = parts[v]
+        sizes[old] -= 1
+        for j in range(w):
+            loads[old, j] -= wv[j]
+        _refresh(penalty, loads, old, scale, alpha, gamma)
+    nt = 0
+    for e in range(nbrs.shape[0]):
+        u = nbrs[e]
+        q = parts[u]
+        if q < 0 or u == v:
+            continue
+        if conn[q] == 0:
+            touched[nt] = q
+            nt += 1
+        conn[q] += 1
+    best, best_score, best_over = -1, -np.inf, np.inf
+    offset = (v + seed) % k
+    for i in range(k):
+        q = offset + i
+        if q >= k:
+            q -= k
+        over = 0.0  # what v adds to q's excess over the caps (0 where it fits; see balance.py's excess)
+        score = np.float64(conn[q])
+        for j in range(w):
+            over += (max(0, loads[q, j] + wv[j] - caps[j]) - max(0, loads[q, j] - caps[j])) / max(caps[j], 1)
+            score -= penalty[q, j] * wv[j]
+        if over < best_over or (over == best_over and score > best_score):
+            best, best_score, best_over = q, score, over
+    for i in range(nt):
+        conn[touched[i]] = 0
+    parts[v] = best
+    sizes[best] += 1
+    for j in range(w):
+        loads[best, j] += wv[j]
+    _refresh(penalty, loads, best, scale, alpha, gamma)
+
+
+@numba.njit(cache=True)
+def _place_order_weighted(indptr, indices, order, parts, sizes, loads, weights, scale, caps, alpha, gamma, seed,
+                          restream, conn, touched):
+    penalty = _penalties_weighted(loads, scale, alpha, gamma)
+    for i in range(order.shape[0]):
+        v = order[i]
+        _place_vertex_weighted(v, indices[indptr[v]:indptr[v + 1]], parts, sizes, loads, weights[v], penalty, scale,
+                               caps, alpha, gamma, seed, restream, conn, touched)
+
+
+@numba.njit(cache=True)
+def _place_rows_weighted(indptr_block, indices_block, first, parts, sizes, loads, weights, scale, caps, alpha, gamma,
+                         seed, restream, conn, touched):
+    penalty = _penalties_weighted(loads, scale, alpha, gamma)
+    base = indptr_block[0]
+    for i in range(indptr_block.shape[0] - 1):
+        v = first + i
+        _place_vertex_weighted(v, indices_block[indptr_block[i] - base:indptr_block[i + 1] - base], parts, sizes,
+                               loads, weights[v], penalty, scale, caps, alpha, gamma, seed, restream, conn, touched)

@@ -115,8 +115,10 @@ def warm_kernels() -> None:
         group_by(ids, 2)
         scatter_into(np.zeros(2, np.int64), ids, np.zeros(2, np.int64))
         number_by_part(ids, np.array([0, 2, 2], np.int64), np.zeros(2, ids.dtype))
-        stream = FennelStream(2, 2, 2, parts_dtype=np.int32)
-        stream.place_rows(np.array([0, 1, 2], np.int64), ids[::-1].copy(), 0, restream=False)
-        stream.place_rows(np.array([0, 1, 2], np.int64), ids, 0, restream=True)
+        for weights in (None, np.ones((2, 2), np.int64)):  # the vertex count alone, or several weights
+            caps = None if weights is None else np.full(2, 2, np.int64)
+            stream = FennelStream(2, 2, 2, parts_dtype=np.int32, weights=weights, caps=caps)
+            stream.place_rows(np.array([0, 1, 2], np.int64), ids[::-1].copy(), 0, restream=False)
+            stream.place_rows(np.array([0, 1, 2], np.int64), ids, 0, restream=True)
     compact_bucket(np.zeros(2, np.int64), 2, 0, np.zeros(2, np.int64), np.zeros(2, np.int64), True)
     cut_ranges(np.ones(4, np.int64), 2, 2)

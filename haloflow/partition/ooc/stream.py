@@ -2,12 +2,15 @@
 
 ::
 
+    weights  balance_weights: the in-degrees (from indptr.npy) and the training mask as in memory
     fennel   pass 1..P: for each block of rows read from indices.npy (sequentially, pages released behind):
                  FennelStream.place_rows(block)       the per-vertex step the in-memory Fennel takes, in the
-                                                      same order (ids 0..N-1) with the same cap and alpha
+                                                      same order (ids 0..N-1) with the same weights, caps and
+                                                      alpha (api.fennel_weights)
     random   random_partition(N, K, seed)             the same seeded permutation
     then     the balance check of ``partition_graph``: the same weights, caps and goals; when the assignment
-             already meets them (always for nodes alone: Fennel's hard cap is the cap) nothing moves, as in
+             already meets them (always for nodes alone: Fennel's hard cap is the cap; for several weights, whenever
+             no vertex found every part full) nothing moves, as in
              memory. Otherwise ``rebalance`` runs over the CSR memory-mapped (its pages count as resident while
              it runs; a warning says so).
 
@@ -21,7 +24,7 @@ import logging
 import numpy as np
 
 from haloflow.errors import ConfigError
-from haloflow.partition.api import PartitionConfig
+from haloflow.partition.api import PartitionConfig, fennel_weights
 from haloflow.partition.balance import balance_caps, balance_goals, balance_weights, is_balanced, part_loads, rebalance
 from haloflow.partition.fennel import FennelStream
 from haloflow.partition.ooc.budget import MemoryPlan
@@ -55,9 +58,10 @@ def streamable_config(config: PartitionConfig) -> PartitionConfig:
                    fennel_order="natural" if config.fennel_order == "auto" else config.fennel_order)
 
 
-def _fennel(csr: DiskCSR, config: PartitionConfig, plan: MemoryPlan, progress: bool, on_pass) -> np.ndarray:
+def _fennel(csr: DiskCSR, config: PartitionConfig, plan: MemoryPlan, weights: np.ndarray, progress: bool,
+            on_pass) -> np.ndarray:
     stream = FennelStream(csr.num_nodes, csr.num_edges, config.num_parts, imbalance=config.imbalance,
-                          seed=config.seed, parts_dtype=np.int32)
+                          seed=config.seed, parts_dtype=np.int32, **fennel_weights(weights, config))
     with progress_bar(total=config.passes * csr.num_nodes, desc="fennel", unit="node", enabled=progress) as bar:
         for p in range(config.passes):
             for first, indptr, indices in csr.blocks(plan.block_entries, plan.block_rows):
@@ -85,16 +89,17 @@ def stream_partition(csr: DiskCSR, config: PartitionConfig, plan: MemoryPlan, *,
                           f"{n}")
     if "train" in config.balance and train_mask is None:
         raise ConfigError('PartitionConfig.balance includes "train" but the input has no train_mask')
-    if k == 1:
-        parts = np.zeros(n, dtype=np.int32)
-    elif config.method == "fennel":
-        parts = _fennel(csr, config, plan, progress, on_pass)
-    else:
-        parts = random_partition(n, k, seed=config.seed).astype(np.int32)
-    # balance_weights reads in-degrees only for "edges"; otherwise a zero-byte stand-in gives it N
+    # balance_weights reads in-degrees only for "edges"; otherwise a zero-byte stand-in gives it N. The weights
+    # come before the stream because Fennel balances them as it places (fennel_weights), as in memory.
     in_degree = csr.in_degree() if "edges" in config.balance else np.broadcast_to(np.int64(0), (n,))
     weights = balance_weights(in_degree, config.balance, train_mask)  # (N, W)
     del in_degree
+    if k == 1:
+        parts = np.zeros(n, dtype=np.int32)
+    elif config.method == "fennel":
+        parts = _fennel(csr, config, plan, weights, progress, on_pass)
+    else:
+        parts = random_partition(n, k, seed=config.seed).astype(np.int32)
     caps = balance_caps(weights, k, config.imbalance)
     goals = balance_goals(weights, k, config.imbalance)
     # rebalance() returns the assignment unchanged when it meets the goals it aims at first (where they are
