@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,7 +48,7 @@ from haloflow.data.textscan import (PipeInput, TokenBlock, first_problem, is_pip
                                     scan_int_rows)
 from haloflow.errors import ConfigError, InputFormatError
 
-__all__ = ["read_snap", "read_pace", "PaceHeader", "read_dataset", "detect_format", "planetoid_sets", "FORMATS"]
+__all__ = ["read_snap", "read_pace", "PaceHeader", "PaceBlocks", "read_dataset", "detect_format", "planetoid_sets", "FORMATS"]
 
 log = logging.getLogger(__name__)
 
@@ -148,49 +149,73 @@ def read_pace(path: str | os.PathLike | PipeInput) -> CSRGraph:
         InputFormatError: missing or bad ``p`` header, a malformed line, an id outside ``1..n``, an edge count
             different from the header's m, or a graph with no nodes and no edges.
     """
-    header: PaceHeader | None = None
+    blocks = PaceBlocks(path)
     srcs, dsts = [], []
-    for tb in iter_token_blocks(path):
-        if tb.num_lines == 0:
-            continue
-        lead = tb.lead_byte()  # (L,)
-        body = lead != _C
-        header_problem = None
-        headers = np.flatnonzero(body & (lead == _P))
-        if header is None:
-            first_body = int(np.argmax(body)) if body.any() else -1
-            if first_body >= 0 and lead[first_body] != _P:
-                lineno = int(tb.line[tb.line_start[first_body]])
-                raise tb.error(lineno, f"missing header: expected 'p <kind> <n> <m>' before the first edge, "
-                                       f"found {tb.line_text(lineno)!r}")
-            if first_body < 0:
-                continue  # only comments so far
-            header = _parse_header(tb, int(headers[0]))
-            headers = headers[1:]
-        if headers.size:
-            lineno = int(tb.line[tb.line_start[headers[0]]])
-            header_problem = (lineno, f"second 'p' header (the first is on line {header.line}): expected one")
-        body[lead == _P] = False
-        u, v, problem = _pace_edges(tb, body, header.num_nodes)
-        problem = first_problem(header_problem, problem)
-        if problem is not None:
-            raise tb.error(*problem)
+    for u, v in blocks:
         srcs.append(u)
         dsts.append(v)
-    if header is None:
-        raise InputFormatError(path, "missing header: expected a 'p <kind> <n> <m>' line, found none")
     src = np.concatenate(srcs) if srcs else np.zeros(0, dtype=np.int64)
     dst = np.concatenate(dsts) if dsts else np.zeros(0, dtype=np.int64)
-    if src.shape[0] != header.num_edges:
-        raise InputFormatError(
-            path, f"the header says m = {header.num_edges:,} edges but the file has {src.shape[0]:,} edge lines",
-            line=header.line,
-        )
-    if header.num_nodes == 0:
-        raise InputFormatError(path, "empty graph: the header says n = 0 nodes and m = 0 edges", line=header.line)
+    header = blocks.check_end(src.shape[0])
     graph = CSRGraph.from_edges(src - 1, dst - 1, header.num_nodes, symmetrize=True)
     log.info("read %s (p %s): %s", path, header.kind, graph)
     return graph
+
+
+class PaceBlocks:
+    """The edges of a PACE / DIMACS ``.gr`` file block by block: iterating yields ``(u, v)`` int64 1-based, one
+    pair of arrays per text block, with every line checked (``header`` is set once the ``p`` line is read);
+    `check_end` then checks what needs the whole file. ``read_pace`` and the out-of-core reader share it."""
+
+    def __init__(self, path: str | os.PathLike | PipeInput, *, block_bytes: int | None = None,
+                 progress: bool = True):
+        self.path, self.block_bytes, self.progress = path, block_bytes, progress
+        self.header: PaceHeader | None = None
+
+    def __iter__(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        self.header = None
+        kw = {} if self.block_bytes is None else {"block_bytes": self.block_bytes}
+        for tb in iter_token_blocks(self.path, progress=self.progress, **kw):
+            if tb.num_lines == 0:
+                continue
+            lead = tb.lead_byte()  # (L,)
+            body = lead != _C
+            header_problem = None
+            headers = np.flatnonzero(body & (lead == _P))
+            if self.header is None:
+                first_body = int(np.argmax(body)) if body.any() else -1
+                if first_body >= 0 and lead[first_body] != _P:
+                    lineno = int(tb.line[tb.line_start[first_body]])
+                    raise tb.error(lineno, f"missing header: expected 'p <kind> <n> <m>' before the first edge, "
+                                           f"found {tb.line_text(lineno)!r}")
+                if first_body < 0:
+                    continue  # only comments so far
+                self.header = _parse_header(tb, int(headers[0]))
+                headers = headers[1:]
+            if headers.size:
+                lineno = int(tb.line[tb.line_start[headers[0]]])
+                header_problem = (lineno, f"second 'p' header (the first is on line {self.header.line}): expected one")
+            body[lead == _P] = False
+            u, v, problem = _pace_edges(tb, body, self.header.num_nodes)
+            problem = first_problem(header_problem, problem)
+            if problem is not None:
+                raise tb.error(*problem)
+            yield u, v
+
+    def check_end(self, num_edges: int) -> PaceHeader:
+        """The header, once ``num_edges`` edge lines were read: raises unless it said m = that and n > 0."""
+        header = self.header
+        if header is None:
+            raise InputFormatError(self.path, "missing header: expected a 'p <kind> <n> <m>' line, found none")
+        if num_edges != header.num_edges:
+            raise InputFormatError(
+                self.path, f"the header says m = {header.num_edges:,} edges but the file has {num_edges:,} edge lines",
+                line=header.line,
+            )
+        if header.num_nodes == 0:
+            raise InputFormatError(self.path, "empty graph: the header says n = 0 nodes and m = 0 edges",
+                                   line=header.line)
+        return header
 
 
 def _parse_header(tb: TokenBlock, j: int) -> PaceHeader:

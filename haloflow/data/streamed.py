@@ -5,6 +5,7 @@ dispatchers the out-of-core pipeline and its CLI call (the `EdgeSource` interfac
 
     open_streamed("GRAPH/")      -> (NpyEdges | ParquetEdges, NodeArrays)      an arrays folder: edges + node data
     open_streamed("g.txt.gz")    -> (SnapEdges, None)                          text, read in blocks
+    open_edge_source("g.gr.xz")  -> PaceEdges                                  PACE / DIMACS, read in blocks
     open_edge_source("g.graph")  -> MetisEdges                                 (likewise .npy, .parquet)
 """
 
@@ -22,12 +23,12 @@ from haloflow.data.edge_source import EdgeSource, plausible_node_count
 from haloflow.data.graph import max_plausible_nodes
 from haloflow.errors import ConfigError, InputFormatError
 
-__all__ = ["SnapEdges", "open_edge_source", "open_streamed", "STREAMED_FORMATS"]
+__all__ = ["SnapEdges", "PaceEdges", "open_edge_source", "open_streamed", "STREAMED_FORMATS"]
 
 log = logging.getLogger(__name__)
 
 # Formats the out-of-core pipeline can read chunk by chunk (the "arrays" folder adds node data to npy / parquet).
-STREAMED_FORMATS = ("snap", "npy", "parquet", "metis", "arrays")
+STREAMED_FORMATS = ("snap", "pace", "npy", "parquet", "metis", "arrays")
 
 
 class SnapEdges(EdgeSource):
@@ -102,6 +103,47 @@ class SnapEdges(EdgeSource):
         return n
 
 
+class PaceEdges(EdgeSource):
+    """A PACE / DIMACS ``.gr`` file read block by block (the format and the checks of ``readers.read_pace``): an
+    undirected graph, each edge listed once (or as both arcs), ``n`` and ``m`` from its ``p`` header."""
+
+    symmetric = True
+    # A block of B bytes holds at most B / 4 edges ("1 2\n") and needs about 10 bytes of temporaries per byte.
+    _BYTES_PER_EDGE_LINE = 4
+    reader_bytes_per_edge = 10 * _BYTES_PER_EDGE_LINE
+
+    def __init__(self, path: str | os.PathLike, *, progress: bool = True):
+        from haloflow.data.readers import PaceBlocks
+
+        self.path = Path(path)
+        self.name = self.path.name.split(".")[0] or self.path.name
+        self.progress = progress
+        head = PaceBlocks(self.path, block_bytes=1 << 16, progress=False)
+        for _ in head:  # the header comes with the first block of edges
+            break
+        if head.header is None:
+            head.check_end(0)  # raises: no header
+        self.header = head.header
+        self._blocks = PaceBlocks(self.path, progress=progress)
+
+    @property
+    def num_nodes(self) -> int:
+        return self.header.num_nodes
+
+    @property
+    def num_edges(self) -> int:
+        return self.header.num_edges
+
+    def chunks(self, max_edges: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        self._blocks.block_bytes = max(max_edges * self._BYTES_PER_EDGE_LINE, 64)
+        for u, v in self._blocks:
+            yield u - 1, v - 1
+            del u, v  # not kept alive while the next block is parsed
+
+    def finish(self, num_edges: int, max_id: int) -> int:
+        return self._blocks.check_end(num_edges).num_nodes
+
+
 def open_edge_source(path: str | os.PathLike, format: str = "auto", **options) -> EdgeSource:
     """The `EdgeSource` for ``path`` in ``format`` (``auto``: by suffix and content, as ``read_dataset``).
 
@@ -124,7 +166,7 @@ def open_edge_source(path: str | os.PathLike, format: str = "auto", **options) -
         raise ConfigError(f"format {format!r} is read whole, not in chunks: expected one of "
                           f"{', '.join(STREAMED_FORMATS)} (convert the input, or partition it in memory)")
     allowed = {"snap": ("num_nodes", "one_based", "progress"), "npy": ("num_nodes",), "parquet": ("num_nodes",),
-               "metis": ("progress",)}[format]
+               "metis": ("progress",), "pace": ("progress",)}[format]
     unknown = sorted(k for k, v in options.items() if v is not None and k not in allowed)
     if unknown:
         raise ConfigError(f"format {format!r} takes no option {unknown[0]!r}: expected {' or '.join(allowed)}")
@@ -135,6 +177,8 @@ def open_edge_source(path: str | os.PathLike, format: str = "auto", **options) -
         from haloflow.data.binary_edges import NpyEdges
 
         return NpyEdges(path, **options)
+    if format == "pace":
+        return PaceEdges(path, **options)
     if format == "parquet":
         from haloflow.data.binary_edges import ParquetEdges
 

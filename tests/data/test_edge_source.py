@@ -58,6 +58,6 @@ def test_one_based_and_options(tmp_path):
     with pytest.raises(ConfigError, match=r"format 'npy' takes no option 'one_based'"):
         np.save(tmp_path / "e.npy", np.zeros((1, 2), np.int64))
         open_edge_source(tmp_path / "e.npy", one_based=True)
-    (tmp_path / "g.gr").write_text("p tw 2 1\n1 2\n")
-    with pytest.raises(ConfigError, match=r"format 'pace' is read whole, not in chunks: expected one of snap, npy"):
-        open_edge_source(tmp_path / "g.gr")
+    (tmp_path / "g.mtx").write_text("%%MatrixMarket matrix coordinate pattern general\n2 2 1\n1 2\n")
+    with pytest.raises(ConfigError, match=r"format 'mtx' is read whole, not in chunks: expected one of snap, pace"):
+        open_edge_source(tmp_path / "g.mtx")

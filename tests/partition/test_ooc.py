@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from haloflow.data.binary_edges import NpyEdges
-from haloflow.data.streamed import SnapEdges
+from haloflow.data.streamed import PaceEdges, SnapEdges
 from haloflow.data.generators import RMATConfig, rmat_chunks, sbm_dataset
 from haloflow.data.graph_folder import GraphFolder, write_graph_folder
 from haloflow.data.metis_graph import MetisEdges
@@ -100,12 +100,35 @@ def test_text_and_metis_inputs(tmp_path):
     g = data.graph
     metis.write_text(f"{g.num_nodes} {g.num_edges // 2}\n" + "".join(
         " ".join(str(u + 1) for u in g.indices[g.indptr[v]:g.indptr[v + 1]]) + "\n" for v in range(g.num_nodes)))
+    pace = tmp_path / "g.gr"  # each edge once, 1-based, with comments between the lines
+    pace.write_text(f"c a road-like file\np tw {g.num_nodes} {len(pairs)}\n" + "".join(
+        f"{s + 1} {d + 1}\n" + ("c a comment\n" if i % 97 == 0 else "") for i, (s, d) in enumerate(pairs)))
     config = PartitionConfig(num_parts=3, method="fennel", seed=4, fennel_start="stream", fennel_order="natural")
-    for path, source in ((snap, SnapEdges(snap, progress=False)), (metis, MetisEdges(metis, progress=False))):
+    for path, source in ((snap, SnapEdges(snap, progress=False)), (metis, MetisEdges(metis, progress=False)),
+                         (pace, PaceEdges(pace, progress=False))):
         mem = _in_memory(tmp_path, path, config, name=f"mem-{path.suffix}")
         out = tmp_path / f"ooc-{path.suffix}"
         partition_out_of_core(source, config, TINY, out, progress=False)
         assert _digest(out) == _digest(mem), path
+
+
+def test_a_pace_file_streamed_is_checked_as_read_pace_checks_it(tmp_path):
+    """The streamed reader shares read_pace's checks: the line of a bad edge, the header's m and n."""
+    from haloflow.data.readers import read_pace
+    from haloflow.errors import InputFormatError
+
+    cases = {"bad.gr": ("p tw 3 2\n1 2\n2 x\n", "bad.gr:3: "), "m.gr": ("p tw 3 3\n1 2\n2 3\n", "m = 3 edges"),
+             "range.gr": ("p tw 3 2\n1 2\n2 4\n", "range.gr:3: "), "nohead.gr": ("c only\n1 2\n", "missing header")}
+    for name, (text, message) in cases.items():
+        path = tmp_path / name
+        path.write_text(text)
+        with pytest.raises(InputFormatError) as in_memory:
+            read_pace(path)
+        with pytest.raises(InputFormatError) as streamed:
+            source = PaceEdges(path, progress=False)
+            edges = sum(len(s) for s, _ in source.chunks(1 << 10))
+            source.finish(edges, -1)
+        assert message in str(in_memory.value) and str(streamed.value) == str(in_memory.value), name
 
 
 def test_one_part(tmp_path, rmat_folder):
