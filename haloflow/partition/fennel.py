@@ -80,7 +80,7 @@ import numpy as np
 from haloflow.errors import ConfigError
 from haloflow.utils.progress import progress_bar
 
-__all__ = ["fennel_partition", "FennelStream", "FENNEL_GAMMA", "FENNEL_PASSES", "FENNEL_STARTS", "FENNEL_ORDERS"]
+__all__ = ["fennel_partition", "FennelStream", "cut_entries", "FENNEL_GAMMA", "FENNEL_PASSES", "FENNEL_STARTS", "FENNEL_ORDERS"]
 
 log = logging.getLogger(__name__)
 
@@ -272,6 +272,11 @@ def _bfs(indptr, indices, start_vertex, order, verts, label, lab, seen):
             order[tail] = u
             tail += 1
     return order
+
+
+def cut_entries(indptr: np.ndarray, indices: np.ndarray, parts: np.ndarray) -> int:
+    """CSR entries whose two ends lie in different parts (each cut edge of a symmetric CSR counts twice)."""
+    return int(_cut_entries(indptr, indices, parts))
 
 
 @numba.njit(cache=True)
