@@ -18,14 +18,15 @@ cache over a memory-mapped table against plain ``np.memmap`` lookups (the OS pag
 2. One table of ``--rows`` rows (D 16, Adagrad, so 128 B a row) in a memory-mapped folder, a cache of a quarter
    of its bytes (``max_bytes``; policy frequency-admit from the trace's histogram; mapped file pages capped
    at a quarter of that budget), ``--steps`` training steps of ``--batch-size`` single-id bags (Zipf ids),
-   the next batch prefetched (and, as a control, the same steps again without prefetch): samples/s and RSS
-   growth, against the same training through plain ``np.memmap`` lookups of the same file layout; the tables
-   are compared bit for bit after the first pass. Each reader runs in a fresh (spawned) process, and its RSS
+   the next batch prefetched (and, as a control, the same steps without prefetch): samples/s and RSS growth, against the same training through plain ``np.memmap`` lookups of the same file layout; the tables
+   are compared bit for bit after the first round. Each reader runs in a fresh (spawned) process on a freshly
+   created table, ``--mmap-rounds`` rounds in alternating order (samples/s: medians; ratios: medians of
+   per-round ratios; target: prefetch never slower than without), and its RSS
    growth is that process's peak RSS (VmHWM, reset just before) minus its RSS before it opened the table: the
    slots, policy and mapped file pages the reader keeps. torch runs one intra-op thread in every phase (the
    prefetch thread is the cached store's second).
 
-    haloflow bench cache                       # ~2 minutes on 2 cores
+    haloflow bench cache                       # ~5 minutes on 2 cores
     haloflow bench cache --scale 1000 --batches 100 --rows 100000 --steps 100 --out /tmp/cache.json
 """
 
@@ -33,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import sys
 import tempfile
@@ -203,30 +205,53 @@ def _in_fresh_process(fn, *args):
         return pool.submit(fn, *args).result()
 
 
-def train_mmap(rows: int, steps: int, batch: int, a: float, seed: int, progress: bool) -> dict:
-    """Part 2: cached store over a mapped table against direct np.memmap lookups, same ids and gradients, each
-    reader in a process of its own (``_reader_phase``)."""
+READERS = ("memmap", "cached", "cached-no-prefetch")
+
+
+def train_mmap(rows: int, steps: int, batch: int, a: float, seed: int, progress: bool, rounds: int = 3) -> dict:
+    """Part 2: cached store over a mapped table, with and without prefetch, against direct np.memmap lookups;
+    same ids and gradients, each reader in a process of its own (``_reader_phase``) on a freshly created table,
+    ``rounds`` rounds with the readers' order reversed every other round. Samples/s are medians over rounds and
+    the ratios medians of per-round ratios; RSS growth is the largest over rounds. The three tables of the first
+    round are compared bit for bit."""
     opt = Adagrad(lr=0.01)
-    result = {"rows": rows, "dim": _DIM, "steps": steps, "batch_size": batch}
+    result = {"rows": rows, "dim": _DIM, "steps": steps, "batch_size": batch, "rounds": rounds}
+    runs: dict[str, list[dict]] = {r: [] for r in READERS}
+    same = True
     with tempfile.TemporaryDirectory(prefix="haloflow-cache-bench-") as tmp:
-        for name in ("peer", "cached"):  # the same table twice, one for each reader to train
-            BackingStore.create(Path(tmp) / name, rows, _DIM, opt, seed=seed).close()
-        args = (rows, steps, batch, a, seed, progress)
-        peer = _in_fresh_process(_reader_phase, "memmap", str(Path(tmp) / "peer"), *args)
-        cached = _in_fresh_process(_reader_phase, "cached", str(Path(tmp) / "cached"), *args)
-        peer_maps, cached_maps = _maps(str(Path(tmp) / "peer"), rows), _maps(str(Path(tmp) / "cached"), rows)
-        same = all(torch.equal(peer_maps[k], cached_maps[k]) for k in peer_maps)
-        del peer_maps, cached_maps
-        # The same steps again without prefetch, on the table the cached reader left.
-        plain = _in_fresh_process(_reader_phase, "cached-no-prefetch", str(Path(tmp) / "cached"), *args)
+        for r in range(rounds):
+            folders = {}
+            for reader in (READERS if r % 2 == 0 else READERS[::-1]):
+                folders[reader] = Path(tmp) / f"{reader}-{r}"  # a fresh table: every reader starts alike
+                BackingStore.create(folders[reader], rows, _DIM, opt, seed=seed).close()
+                runs[reader].append(_in_fresh_process(_reader_phase, reader, str(folders[reader]), rows, steps,
+                                                      batch, a, seed, progress and r == 0))
+            if r == 0:
+                maps = {reader: _maps(str(f), rows) for reader, f in folders.items()}
+                same = all(torch.equal(maps["memmap"][k], maps[other][k])
+                           for other in READERS[1:] for k in maps["memmap"])
+                del maps
+            for f in folders.values():
+                shutil.rmtree(f)
+
+    def rate(run: dict) -> float:
+        return steps * batch / run["seconds"]
+
+    def ratio(top: str, bottom: str) -> float:
+        return statistics.median(rate(x) / rate(y) for x, y in zip(runs[top], runs[bottom]))
+
+    cached, peer, plain = runs["cached"][0], runs["memmap"][0], runs["cached-no-prefetch"][0]
+    growth = {reader: max(x["rss_growth_bytes"] for x in runs[reader]) for reader in READERS}
     result.update({
         "table_bytes": rows * cached["row_bytes"], "cache_bytes": _budget(rows), "hit_rate": cached["hit_rate"],
-        "cached_samples_per_s": steps * batch / cached["seconds"],
-        "memmap_samples_per_s": steps * batch / peer["seconds"],
-        "cached_no_prefetch_samples_per_s": steps * batch / plain["seconds"],
-        "cached_rss_growth_bytes": cached["rss_growth_bytes"], "memmap_rss_growth_bytes": peer["rss_growth_bytes"],
-        "cached_no_prefetch_rss_growth_bytes": plain["rss_growth_bytes"],
-        "peak_reset": peer["peak_reset"] and cached["peak_reset"] and plain["peak_reset"],
+        "cached_samples_per_s": statistics.median(map(rate, runs["cached"])),
+        "memmap_samples_per_s": statistics.median(map(rate, runs["memmap"])),
+        "cached_no_prefetch_samples_per_s": statistics.median(map(rate, runs["cached-no-prefetch"])),
+        "prefetch_over_no_prefetch": ratio("cached", "cached-no-prefetch"),
+        "cached_over_memmap": ratio("cached", "memmap"),
+        "cached_rss_growth_bytes": growth["cached"], "memmap_rss_growth_bytes": growth["memmap"],
+        "cached_no_prefetch_rss_growth_bytes": growth["cached-no-prefetch"],
+        "peak_reset": all(x["peak_reset"] for reader in READERS for x in runs[reader]),
         "identical_tables": same, "stats": cached["stats"], "torch_threads": 1,
     })
     return result
@@ -292,6 +317,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     p.add_argument("--batch-size", type=int, default=2048, help="samples per training step (part 2)")
     p.add_argument("--rows", type=int, default=1_000_000, help="rows of the memory-mapped training table")
     p.add_argument("--steps", type=int, default=1000, help="training steps on the memory-mapped table")
+    p.add_argument("--mmap-rounds", type=int, default=3,
+                   help="rounds of the memory-mapped readers (each a fresh process on a fresh table)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="bench-results/cache.json")
     p.add_argument("--no-progress", action="store_true")
@@ -328,21 +355,24 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
 
     # One intra-op thread in every reader's process: on 2 cores, torch's pool of 2 plus the prefetch thread
     # oversubscribe them and each tiny op waits at a barrier (200 steps took 8.8 s instead of 1.0 s when measured).
-    m = train_mmap(args.rows, args.steps, args.batch_size, args.zipf, args.seed, not args.no_progress)
+    m = train_mmap(args.rows, args.steps, args.batch_size, args.zipf, args.seed, not args.no_progress,
+                   args.mmap_rounds)
     report["mmap_training"] = m
     print(format_table(
-        ["table", "cache", "reader", "samples/s", "RSS growth", "hit rate"],
+        ["table", "cache", "reader", "samples/s", "x no prefetch", "RSS growth", "hit rate"],
         [[format_bytes(m["table_bytes"]), format_bytes(m["cache_bytes"]), "CachedStore + prefetch",
-          m["cached_samples_per_s"], format_bytes(m["cached_rss_growth_bytes"]), m["hit_rate"]],
+          m["cached_samples_per_s"], m["prefetch_over_no_prefetch"], format_bytes(m["cached_rss_growth_bytes"]),
+          m["hit_rate"]],
          [format_bytes(m["table_bytes"]), format_bytes(m["cache_bytes"]), "CachedStore, no prefetch",
-          m["cached_no_prefetch_samples_per_s"], format_bytes(m["cached_no_prefetch_rss_growth_bytes"]), None],
-         [format_bytes(m["table_bytes"]), "-", "np.memmap (page cache)", m["memmap_samples_per_s"],
+          m["cached_no_prefetch_samples_per_s"], 1.0, format_bytes(m["cached_no_prefetch_rss_growth_bytes"]), None],
+         [format_bytes(m["table_bytes"]), "-", "np.memmap (page cache)", m["memmap_samples_per_s"], None,
           format_bytes(m["memmap_rss_growth_bytes"]), None]],
-        float_fmt=[".0f"] * 5 + [".3f"],
+        float_fmt=[".0f", ".0f", ".0f", ".0f", ".2f", "", ".3f"],
         title=f"\n{m['steps']} Adagrad steps of {m['batch_size']} ids, memory-mapped table (tables identical "
-              f"afterwards: {m['identical_tables']}); RSS growth: each reader in a fresh process, its peak RSS "
-              f"minus its RSS before it opened the table" + ("" if m["peak_reset"] else
-                                                             " (peak not resettable here: an upper bound)")))
+              f"afterwards: {m['identical_tables']}); {m['rounds']} rounds, readers alternating, medians (x: of "
+              f"per-round ratios; target: prefetch never slower); RSS growth: each reader in a fresh process, its "
+              f"peak RSS minus its RSS before it opened the table, the largest over rounds"
+              + ("" if m["peak_reset"] else " (peak not resettable here: an upper bound)")))
 
     d = dlrm_throughput(args.dlrm_max_rows, args.dlrm_steps, 128, 4, args.seed)
     report["dlrm"] = d

@@ -17,35 +17,116 @@ copied from stay alive until the copies are done; ``wait()`` then makes the curr
 On a CPU with few cores, give torch one intra-op thread fewer than the cores: torch's OpenMP pool and this thread
 otherwise oversubscribe them and every small op waits at a barrier (2 cores, 2 intra-op threads: 200 steps of
 the cache benchmark took 8.8 s; with 1 thread 1.0 s).
+
+On a CPU the thread only pays when a core is free for it: beside busy co-tenants on 2 cores, a prefetched step
+of the cache benchmark took 6.0 ms against 5.3 ms without prefetch (the job's copies and page faults compete
+with the step for the core and the memory bus, and each hand-over costs a GIL switch). So on a CPU an
+``OverlapChooser`` times whole steps (gather to gather) and runs the jobs in whichever way gave the shorter
+step: in the thread, or inline in ``submit`` (then a prefetch costs what the same copies cost in ``gather``)::
+
+    steps   | probe inline P | probe thread P | hold the faster H | probe the other P | hold the faster H | ...
+    decided on the medians of the latest P steps of each way; the probes cost P / (P + H) of the steps
 """
 
 from __future__ import annotations
 
+import statistics
+import time
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import nullcontext
 
 import torch
 
-__all__ = ["RowMover"]
+__all__ = ["RowMover", "OverlapChooser"]
+
+
+class OverlapChooser:
+    """Chooses, step by step, whether background jobs shorten a step; see the module docstring.
+
+    Args:
+        probe: P, steps each way is tried before a decision (their median step time decides).
+        hold: H, steps the faster way then runs before the other is tried again (loads change).
+        clock: seconds, monotonic (``time.perf_counter``).
+    """
+
+    def __init__(self, *, probe: int = 8, hold: int = 64, clock: Callable[[], float] = time.perf_counter):
+        self.probe, self.hold, self._clock = probe, hold, clock
+        self.background = False  # the way the next job runs: inline first
+        self._best = False  # the faster way so far
+        self._times: dict[bool, deque[float]] = {False: deque(maxlen=probe), True: deque(maxlen=probe)}
+        self._used: bool | None = None  # the way a job ran since the last step began (None: no job)
+        self._last: float | None = None
+        self._left = probe  # steps left in the current phase
+        self._probing = True
+
+    def job(self) -> bool:
+        """A job is about to run; returns True to run it in the background."""
+        self._used = self.background
+        return self.background
+
+    def step(self) -> None:
+        """A training step begins (the cache's ``gather``): the step that just ended is timed for the way its
+        job ran, and the schedule moves on."""
+        now, last = self._clock(), self._last
+        if last is not None and self._used is not None:
+            self._times[self._used].append(now - last)
+        self._last, self._used = now, None
+        if last is None:  # the first step begins: nothing has been timed yet
+            return
+        self._left -= 1
+        if self._left > 0:
+            return
+        if self._probing and not self._times[True]:  # the first probe of the thread follows the inline one
+            self.background, self._left = True, self.probe
+            return
+        if self._probing:
+            inline, thread = (statistics.median(self._times[k]) for k in (False, True))
+            self._best = thread < inline
+            self.background, self._left, self._probing = self._best, self.hold, False
+        else:
+            self.background, self._left, self._probing = not self._best, self.probe, True
 
 
 class RowMover:
-    """One background worker for one cache; ``submit`` a job, ``wait`` for it (re-raising its exception)."""
+    """One background worker for one cache; ``submit`` a job, ``wait`` for it (re-raising its exception).
 
-    def __init__(self, device: torch.device):
+    Args:
+        device: the cache's device.
+        overlap: True runs every job in the background, False every job inline in ``submit``; None (default):
+            the background on CUDA (a side stream), on a CPU as a fresh `OverlapChooser` decides.
+    """
+
+    def __init__(self, device: torch.device, overlap: bool | None = None):
         self.device = device
         self._stream = torch.cuda.Stream(device) if device.type == "cuda" else None
         self._pool: ThreadPoolExecutor | None = None
         self._future: Future | None = None
+        self._overlap = True if overlap is None and self._stream is not None else overlap
+        self.chooser = OverlapChooser() if self._overlap is None else None
+
+    def step(self) -> None:
+        """A training step begins (timed by the chooser, when there is one)."""
+        if self.chooser is not None:
+            self.chooser.step()
 
     @property
     def busy(self) -> bool:
         return self._future is not None
 
     def submit(self, job: Callable[[], None]) -> None:
-        """Run ``job`` in the background; the previous job must have been waited for."""
+        """Run ``job`` in the background (or, when the chooser says so, now); the previous job must have been
+        waited for."""
         assert self._future is None, "RowMover.submit while a job is in flight"
+        if not (self._overlap if self.chooser is None else self.chooser.job()):
+            self._future = Future()  # done now; wait() re-raises its error as for a background job
+            try:
+                job()
+                self._future.set_result(None)
+            except Exception as err:
+                self._future.set_exception(err)
+            return
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="haloflow-cache")
         stream = self._stream

@@ -56,15 +56,15 @@ def reference(opt_name):
 
 @pytest.mark.parametrize("opt_name", list(OPTIMIZERS))
 @pytest.mark.parametrize("policy, admit_all", POLICY_CASES)
-@pytest.mark.parametrize("prefetch", [False, True])
-def test_identical_to_the_uncached_table_at_every_size(opt_name, policy, admit_all, prefetch):
+@pytest.mark.parametrize("prefetch, overlap", [(False, None), (True, False), (True, True)])
+def test_identical_to_the_uncached_table_at_every_size(opt_name, policy, admit_all, prefetch, overlap):
     batches = _batches()
     hist = np.bincount(torch.cat([b[0] for b in batches]).numpy(), minlength=N)
     ref = reference(opt_name)
     evicted = 0
     for slots in (1, 2, 5, 12, N):
         backing = BackingStore.in_memory(N, D, OPTIMIZERS[opt_name], weight=_w0())
-        store = CachedStore(backing, num_slots=slots,
+        store = CachedStore(backing, num_slots=slots, overlap=overlap,
                             policy=make_policy(policy, histogram=hist, admit_all=admit_all, window=WINDOW))
         got = train(store, batches, prefetch)
         for k in ref:
@@ -76,10 +76,10 @@ def test_identical_to_the_uncached_table_at_every_size(opt_name, policy, admit_a
     assert evicted > 0 or not admit_all  # the small caches really did evict and write back
 
 
-@pytest.mark.parametrize("prefetch", [False, True])
-def test_memory_mapped_backing_is_exact_too(tmp_path, prefetch):
+@pytest.mark.parametrize("prefetch, overlap", [(False, None), (True, False), (True, True), (True, None)])
+def test_memory_mapped_backing_is_exact_too(tmp_path, prefetch, overlap):
     backing = BackingStore.create(tmp_path / "t", N, D, Adagrad(lr=0.1), weight=_w0())
-    store = CachedStore(backing, num_slots=4, policy=make_policy("lfu"))
+    store = CachedStore(backing, num_slots=4, policy=make_policy("lfu"), overlap=overlap)
     got = train(store, _batches(), prefetch)
     for k, v in reference("adagrad").items():
         assert torch.equal(got[k], v)
@@ -90,7 +90,7 @@ def test_prefetch_never_evicts_or_stales_the_current_batch():
     # 2 slots; batch i = rows {0, 1} fills them; batch i+1 = {2, 3} would evict both. The prefetch runs between
     # gather(i) and apply_gradients(i), FBGEMM's stale-row window.
     w0 = torch.zeros(6, 2)
-    store = CachedStore(BackingStore.in_memory(6, 2, SGD(lr=1.0), weight=w0), num_slots=2)
+    store = CachedStore(BackingStore.in_memory(6, 2, SGD(lr=1.0), weight=w0), num_slots=2, overlap=True)
     rows = store.gather(torch.tensor([0, 1]))
     store.prefetch(torch.tensor([2, 3]))
     assert store.directory.lookup(np.array([0, 1])).tolist() == [0, 1]  # pinned: still in their slots
@@ -110,6 +110,19 @@ def test_prefetch_defers_rows_the_current_batch_updates_in_the_backing_store():
     assert store.directory.lookup(np.array([1])).tolist() == [-1]
     store.apply_gradients(torch.tensor([0, 1]), torch.ones(2, 1))
     assert store.gather(torch.tensor([1, 2])).tolist() == [[-1.0], [0.0]]
+
+
+def test_a_prefetched_batch_is_not_planned_again_except_its_deferred_rows():
+    # 2 slots hold batch i = {0, 1}, pinned while the prefetch of {2} is planned: 2 is left out (no victim), not
+    # deferred (batch i does not update it). gather then serves 2 from the backing store instead of planning the
+    # whole batch again (an O(S) pass over the slots per batch made prefetch slower than none).
+    store = CachedStore(BackingStore.in_memory(4, 1, SGD(lr=1.0), weight=torch.zeros(4, 1)), num_slots=2)
+    store.gather(torch.tensor([0, 1]))
+    store.prefetch(torch.tensor([2]))
+    store.apply_gradients(torch.tensor([0, 1]), torch.ones(2, 1))
+    assert store.gather(torch.tensor([2])).tolist() == [[0.0]]
+    assert store.directory.lookup(np.array([0, 1, 2])).tolist() == [0, 1, -1]
+    assert (store.stats.overflow, store.stats.evicted) == (1, 0)
 
 
 def test_overflow_batches_larger_than_the_cache():
