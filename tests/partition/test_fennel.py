@@ -4,8 +4,10 @@ import math
 import numpy as np
 import pytest
 
+from haloflow.data.generators import RMATConfig, rmat_graph
 from haloflow.data.graph import CSRGraph
 from haloflow.errors import ConfigError
+from haloflow.partition.balance import balance_caps, balance_goals, balance_weights, part_loads, rebalance
 from haloflow.partition.fennel import FennelStream, fennel_partition
 from haloflow.partition.metis import metis_partition, symmetric_adjacency
 from haloflow.partition.random import random_partition
@@ -141,3 +143,78 @@ def test_restreaming_lowers_the_cut_of_a_natural_order_stream():
     one = fennel_partition(g.indptr, g.indices, 4, order="natural", start="stream", passes=1)
     four = fennel_partition(g.indptr, g.indices, 4, order="natural", start="stream", passes=4)
     assert cut(g, four) < cut(g, one)
+
+
+# ------------------------------------------------------------------------------------------ several weights
+def two_weights(g: CSRGraph, k: int, imbalance: float = 1.05) -> tuple[np.ndarray, np.ndarray]:
+    """(N, 2) nodes and in-edges, and their strict caps (what partition_graph gives Fennel)."""
+    weights = balance_weights(np.diff(g.indptr), ("nodes", "edges"))
+    caps = np.minimum(balance_goals(weights, k, imbalance), balance_caps(weights, k, imbalance))
+    return weights, caps
+
+
+def rmat(scale: int = 12) -> CSRGraph:
+    """A power-law graph: the vertex count alone leaves most edges in one part."""
+    return rmat_graph(RMATConfig(scale=scale, edge_factor=8, seed=1), symmetrize=True)
+
+
+@pytest.mark.parametrize("order, start", [("bfs", "auto"), ("natural", "stream")])
+def test_several_weights_meet_every_cap_with_nothing_left_to_repair(order, start):
+    g = rmat()
+    for k in (4, 8):
+        weights, caps = two_weights(g, k)
+        by_count = fennel_partition(g.indptr, g.indices, k, order=order, start=start)
+        assert part_loads(by_count, weights, k)[:, 1].max() > 2 * caps[1]  # the case the weights are for
+        parts = fennel_partition(g.indptr, g.indices, k, order=order, start=start, weights=weights, caps=caps)
+        assert np.all(part_loads(parts, weights, k) <= caps), (k, part_loads(parts, weights, k).max(0), caps)
+        # so the rebalancer, the final guarantee, has no move to make
+        np.testing.assert_array_equal(rebalance(g.indptr, g.indices, parts, weights, caps, k), parts)
+
+
+def test_weighted_stream_cuts_less_than_repairing_the_vertex_count_parts():
+    # what Fennel did before it scored every weight: the count's parts, then the rebalancer's moves
+    g = rmat(13)
+    for k in (4, 8):
+        weights, caps = two_weights(g, k)
+        repaired = rebalance(g.indptr, g.indices, fennel_partition(g.indptr, g.indices, k), weights, caps, k)
+        weighted = fennel_partition(g.indptr, g.indices, k, weights=weights, caps=caps)
+        assert cut(g, weighted) < 0.95 * cut(g, repaired), (k, cut(g, weighted), cut(g, repaired))
+
+
+def test_a_vertex_that_fits_nowhere_goes_where_it_adds_least_to_the_excess():
+    # caps: 2 vertices, 5 in-edges per part. v0 (5 edges) fills part a's edges, v1 (1 edge) goes to part b;
+    # v2 (5 edges, a neighbour of v0) fits in neither: in a it would add 5 over the edge cap, in b only 1
+    indptr = np.array([0, 1, 2, 3], np.int64)
+    indices = np.array([2, 2, 0], np.int64)
+    weights = np.array([[1, 5], [1, 1], [1, 5]], np.int64)
+    stream = FennelStream(3, 3, 2, weights=weights, caps=np.array([2, 5], np.int64))
+    stream.place_rows(indptr, indices, 0, restream=False)
+    assert stream.parts[0] != stream.parts[1]
+    assert stream.parts[2] == stream.parts[1]
+    np.testing.assert_array_equal(stream.loads[stream.parts[1]], [2, 6])
+    assert stream.over_caps() == 1
+
+
+def test_weighted_stream_in_any_blocks_and_dtype_makes_the_same_choices():
+    # as for the vertex count: the out-of-core stream's blocks and int32 parts change no choice
+    g = rmat(11)
+    weights, caps = two_weights(g, 5)
+    for passes in (1, 3):
+        want = fennel_partition(g.indptr, g.indices, 5, seed=2, order="natural", start="stream", passes=passes,
+                                weights=weights, caps=caps)
+        stream = FennelStream(g.num_nodes, g.num_edges, 5, seed=2, parts_dtype=np.int32, weights=weights, caps=caps)
+        rng = np.random.default_rng(0)
+        for p in range(passes):
+            lo = 0
+            while lo < g.num_nodes:
+                hi = min(lo + int(rng.integers(1, 200)), g.num_nodes)
+                stream.place_rows(g.indptr[lo:hi + 1], g.indices[g.indptr[lo]:g.indptr[hi]], lo, restream=p > 0)
+                lo = hi
+        np.testing.assert_array_equal(stream.parts, want)
+
+
+def test_weights_must_match_the_nodes_and_caps():
+    with pytest.raises(ConfigError, match=r"weights must be \(N=3, W\) with caps \(W,\), got \(2, 2\)"):
+        FennelStream(3, 3, 2, weights=np.ones((2, 2), np.int64), caps=np.ones(2, np.int64))
+    with pytest.raises(ConfigError, match=r"got \(3, 2\) and None"):
+        FennelStream(3, 3, 2, weights=np.ones((3, 2), np.int64))

@@ -51,10 +51,15 @@ def rmat_folder(tmp_path_factory):
     return folder
 
 
-@pytest.mark.parametrize("method, k, passes", [("fennel", 4, 2), ("fennel", 7, 1), ("random", 3, 1)])
-def test_rmat_folder_equals_the_in_memory_folder(tmp_path, rmat_folder, method, k, passes):
+@pytest.mark.parametrize("method, k, passes, balance", [
+    ("fennel", 4, 2, ("nodes",)), ("fennel", 7, 1, ("nodes",)), ("random", 3, 1, ("nodes",)),
+    ("fennel", 4, 3, ("nodes", "edges")), ("fennel", 6, 2, ("edges", "nodes", "train")),
+])
+def test_rmat_folder_equals_the_in_memory_folder(tmp_path, rmat_folder, method, k, passes, balance):
+    # with several weights, both streams score every weight: the out-of-core one gets the in-degrees from its
+    # degree pass and the training mask from the node files before its first pass
     config = PartitionConfig(num_parts=k, method=method, seed=11, passes=passes, fennel_start="stream",
-                             fennel_order="natural")
+                             fennel_order="natural", balance=balance)
     mem = _in_memory(tmp_path, rmat_folder, config)
     opened = GraphFolder(rmat_folder)
     summary = partition_out_of_core(opened.edges, config, TINY, tmp_path / "ooc", nodes=opened.nodes, progress=False)
@@ -74,6 +79,18 @@ def test_auto_choices_resolve_to_the_streamed_fennel_and_are_recorded(tmp_path, 
     mem = _in_memory(tmp_path, rmat_folder, PartitionConfig(num_parts=4, method="fennel", fennel_start="stream",
                                                             fennel_order="natural"))
     assert _digest(tmp_path / "ooc") == _digest(mem)
+
+
+def test_two_weights_stream_within_the_caps_without_reading_the_csr_again(tmp_path, rmat_folder, caplog):
+    # the weighted stream ends within every cap, so the balance step moves nothing and never maps the CSR
+    config = PartitionConfig(num_parts=4, method="fennel", balance=("nodes", "edges"), passes=3)
+    opened = GraphFolder(rmat_folder)
+    with caplog.at_level(logging.INFO, logger="haloflow.partition.ooc.stream"):
+        summary = partition_out_of_core(opened.edges, config, TINY, tmp_path / "ooc", nodes=opened.nodes,
+                                        progress=False)
+    assert not [r for r in caplog.records if "rebalancing reads the CSR" in r.getMessage()]
+    balance = summary.stats.balance
+    assert balance["nodes"] <= 1.05 and balance["edges"] <= 1.05, balance
 
 
 def test_directed_graph_keeps_repeats_and_balances_train_nodes(tmp_path, rmat_folder):
