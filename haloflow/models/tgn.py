@@ -52,7 +52,8 @@ from torch import nn
 from haloflow.data.temporal import TemporalEvents
 from haloflow.data.temporal_sampler import TemporalCSR
 from haloflow.errors import ConfigError
-from haloflow.models.dropout import keyed_dropout
+from haloflow.models.dropout import dropout_mask
+from haloflow.models.tgn_attention import attend
 from haloflow.models.tgn_memory import MemoryRows, MemoryUpdate
 from haloflow.utils.arrays import sorted_unique
 
@@ -123,7 +124,27 @@ class TimeEncoder(nn.Module):
         self.b = nn.Parameter(torch.zeros(dim), requires_grad=learnable)
 
     def forward(self, dt: torch.Tensor) -> torch.Tensor:
-        return torch.cos(dt.to(self.w.dtype).unsqueeze(-1) * self.w + self.b)
+        return _CosEncode.apply(dt.to(self.w.dtype), self.w, self.b)
+
+
+class _CosEncode(torch.autograd.Function):
+    """``cos(dt * w + b)`` with a backward that reduces over the (..., d) gradient once: ``g_w = dt . g_arg``
+    as one matrix product, ``g_b`` one column sum (autograd's broadcast reductions took ~2 ms a CPU batch)."""
+
+    @staticmethod
+    def forward(ctx, dt: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        arg = torch.addcmul(b, dt.unsqueeze(-1), w)  # (..., d) dt * w + b, one pass (3x the separate ops here)
+        ctx.save_for_backward(dt, w, arg)
+        return torch.cos(arg)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        dt, w, arg = ctx.saved_tensors
+        g_arg = torch.sin(arg).mul_(grad).neg_().reshape(-1, w.shape[0])  # (n, d): d cos / d arg = -sin
+        g_dt = (g_arg * w).sum(-1).view(dt.shape) if ctx.needs_input_grad[0] else None
+        g_w = (dt.reshape(1, -1) @ g_arg).view(-1) if ctx.needs_input_grad[1] else None  # (d,)
+        g_b = g_arg.sum(0) if ctx.needs_input_grad[2] else None  # (d,)
+        return g_dt, g_w, g_b
 
 
 class TemporalAttention(nn.Module):
@@ -159,20 +180,92 @@ class TemporalAttention(nn.Module):
         b_v = self.w_kv.bias[dq:].view(h, dh)  # (H, Dh); the key bias cancels in the softmax
         q = self.w_q(query).view(q_n, h, dh) * dh**-0.5  # (Q, H, Dh)
         q_in = torch.einsum("qhd,hdk->qhk", q, w_k)  # (Q, H, Dk): the query moved to the neighbours' input space
-        scores = torch.einsum("qhd,qkd->qhk", q_in, kv)  # (Q, H, k); forward + backward 1.5x faster than bmm here
-        empty = ~mask.any(dim=1)  # (Q,) no neighbour: attend to the padding, then zero the output
-        scores = scores.masked_fill(~(mask | empty[:, None])[:, None, :], float("-inf"))
-        probs = torch.softmax(scores, dim=-1)  # (Q, H, k)
-        # Keyed by (event id, role), not by position: any split of the batch drops the same weights.
-        probs = keyed_dropout(probs.reshape(q_n, h * k), drop_keys, p=self.dropout, seed=self.seed, epoch=epoch,
-                              layer=0, training=self.training).view(q_n, h, k)
-        x_bar = torch.bmm(probs, kv)  # (Q, H, Dk) attention-weighted neighbour inputs
+        # scores, softmax over the real slots, dropout and the weighted sum in one fused pass (tgn_attention.py)
+        slots = torch.arange(q_n * k, device=kv.device).view(q_n, k)  # kv as a memory of Q*k rows, one per slot
+        none = kv.new_zeros(q_n, k, 0)
+        probs, x_bar = attend(q_in, kv.reshape(q_n * k, -1), slots, none, none, mask,
+                              self._dropout_multiplier(drop_keys, q_n, k, epoch, query))
         out = torch.einsum("qhk,hdk->qhd", x_bar, w_v) + probs.sum(-1, keepdim=True) * b_v  # (Q, H, Dh)
+        empty = ~mask.any(dim=1)  # (Q,) no neighbour: a zero output
         return self.w_o(out.reshape(q_n, dq)).masked_fill(empty[:, None], 0.0)
+
+    def folded(self, s_q: torch.Tensor, t_q: torch.Tensor, memory: torch.Tensor, nbr_row: torch.Tensor,
+               nbr_feat: torch.Tensor, nbr_phi: torch.Tensor, mask: torch.Tensor, drop_keys: torch.Tensor, epoch: int,
+               w_after: torch.Tensor) -> torch.Tensor:
+        """``forward(cat([s_q, t_q for every query], 1), kv, ...) @ w_after.T`` with the weights multiplied first,
+        ``kv = cat([memory[nbr_row], nbr_feat, nbr_phi], 2)`` read in place by the fused core (never built).
+
+        In TGN the query's time part is phi(0), the same for every query, and the attention's output goes straight
+        into the merge layer's first product, so per head h (scale s = Dh^-1/2, ``W_q = [W_qs | W_qt]``)::
+
+            W_k,h^T q_h   = s_q (s W_qs,h^T W_k,h) + s W_k,h^T (W_qt,h t_q + b_q,h)        (Q, Dk)
+            w_after att   = sum_h xbar_h (w_after W_o,h W_v,h)^T + psum_h (w_after W_o,h b_v,h) + w_after b_o
+
+        Same numbers as the unfolded products up to rounding, with one (Q x Ds x H*Dk) product on the query side
+        instead of (Q x Dq x Dq) + (Q x Dq x H*Dk), and one (Q x (H*Dk + H) x D) on the output side instead of
+        (Q x H*Dk x Dq) + (Q x Dq x Dq) + (Q x Dq x D): at widths 100 and 3B = 600 queries about 60M of the
+        forward's 110M multiply-adds (and twice as many in the backward) are saved, for products of the weights
+        alone that cost 12M.
+
+        Shapes:
+            s_q (Q, Ds);  t_q (Dq - Ds,);  memory (n, M);  nbr_row int64 (Q, k);  nbr_feat (Q, k, F);
+            nbr_phi (Q, k, T);  mask, drop_keys as in ``forward``;  w_after (D, Dq)  ->  (Q, D).
+        """
+        q_n, k = mask.shape
+        h, dq, ds = self.heads, self.w_q.out_features, s_q.shape[1]
+        dh, dk = dq // h, memory.shape[1] + nbr_feat.shape[2] + nbr_phi.shape[2]
+        d_out = w_after.shape[0]
+        w_k, w_v = self.w_kv.weight.view(2, h, dh, dk).unbind(0)  # (H, Dh, Dk) each
+        b_v = self.w_kv.bias[dq:].view(h, dh, 1)  # (H, Dh, 1); the key bias cancels in the softmax
+        w_qs, w_qt = self.w_q.weight.split([ds, dq - ds], dim=1)  # (Dq, Ds), (Dq, Dq - Ds)
+        scale = dh**-0.5
+        q_shared = (F.linear(t_q, w_qt, self.w_q.bias) * scale).view(h, 1, dh)  # (H, 1, Dh)
+        a = torch.bmm(w_qs.view(h, dh, ds).transpose(1, 2), w_k) * scale  # (H, Ds, Dk)
+        c = torch.bmm(q_shared, w_k)  # (H, 1, Dk)
+        q_in = torch.addmm(c.reshape(-1), s_q, a.transpose(0, 1).reshape(ds, h * dk)).view(q_n, h, dk)  # (Q, H, Dk)
+        probs, x_bar = attend(q_in, memory, nbr_row, nbr_feat, nbr_phi, mask,
+                              self._dropout_multiplier(drop_keys, q_n, k, epoch, s_q))
+        g = (w_after @ self.w_o.weight).view(d_out, h, dh).transpose(0, 1)  # (H, D, Dh): w_after W_o,h
+        b_all = torch.bmm(g, w_v)  # (H, D, Dk)
+        e = torch.bmm(g, b_v)  # (H, D, 1)
+        w_all = torch.cat([b_all.transpose(0, 1).reshape(d_out, h * dk), e.squeeze(2).t()], dim=1)  # (D, H*Dk + H)
+        inputs = torch.cat([x_bar.reshape(q_n, h * dk), probs.sum(-1)], dim=1)  # (Q, H*Dk + H)
+        out = torch.addmm(w_after @ self.w_o.bias, inputs, w_all.t())  # (Q, D)
+        return out.masked_fill(~mask.any(dim=1)[:, None], 0.0)  # a query without neighbours: zero attention
+
+    def _dropout_multiplier(self, drop_keys: torch.Tensor, q_n: int, k: int, epoch: int, like: torch.Tensor
+                            ) -> torch.Tensor:
+        """(Q, H, k): keep / (1 - p) of `keyed_dropout` on the (Q, H*k) weights (ones when not training).
+
+        Keyed by (event id, role), not by position: any split of the batch drops the same weights."""
+        h = self.heads
+        if not self.training or self.dropout == 0.0:
+            return torch.ones(q_n, h, k, dtype=like.dtype, device=like.device)
+        keep = dropout_mask(drop_keys, h * k, p=self.dropout, seed=self.seed, epoch=epoch, layer=0)  # (Q, H*k)
+        # 1 * scale rounds to the dtype's scale, the factor keyed_dropout multiplies a kept element by
+        return (keep.to(device=like.device, dtype=like.dtype) * (1.0 / (1.0 - self.dropout))).view(q_n, h, k)
 
 
 def _mlp(d_in: int, d_hidden: int, d_out: int) -> nn.Sequential:
     return nn.Sequential(nn.Linear(d_in, d_hidden), nn.ReLU(), nn.Linear(d_hidden, d_out))
+
+
+def _gru_cell(cell: nn.GRUCell, stored: torch.Tensor, phi: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+    """``cell(cat([stored, phi], 1), h)`` with the input product split at the time encoding: ``stored`` and
+    ``h`` are state (no gradient), so the backward computes input gradients for the T columns of ``phi`` only,
+    not for all 2M+F+T of the message (torch's cell cannot tell which of its input columns need them).
+
+    Shapes:
+        stored (n, 2M+F), phi (n, T), h (n, M) -> (n, M).
+    """
+    w_stored, w_time = cell.weight_ih.split([stored.shape[1], phi.shape[1]], dim=1)  # (3M, 2M+F), (3M, T)
+    gi = torch.addmm(F.linear(stored, w_stored, cell.bias_ih), phi, w_time.t())  # (n, 3M)
+    gh = F.linear(h, cell.weight_hh, cell.bias_hh)  # (n, 3M)
+    i_r, i_z, i_n = gi.chunk(3, dim=1)
+    h_r, h_z, h_n = gh.chunk(3, dim=1)
+    r, z = torch.sigmoid(i_r + h_r), torch.sigmoid(i_z + h_z)  # (n, M) each; torch's gate order r, z, n
+    n = torch.tanh(i_n + r * h_n)
+    return n + z * (h - n)  # (1 - z) n + z h
 
 
 # --------------------------------------------------------------------------------------------- batch
@@ -297,8 +390,8 @@ class TGN(nn.Module):
         """
         has_mail = rows.mail_eid >= 0  # (n,)
         dt = rows.mail_t - rows.last_update  # (n,) float64: exact before the cast to the encoder's float32
-        msg = torch.cat([rows.memory, rows.mail_other, rows.mail_feat, self.time_enc(dt)], dim=1)  # (n, 2M+F+T)
-        new = self.memory_updater(msg, rows.memory)  # (n, M)
+        stored = torch.cat([rows.memory, rows.mail_other, rows.mail_feat], dim=1)  # (n, 2M+F), no gradient
+        new = _gru_cell(self.memory_updater, stored, self.time_enc(dt), rows.memory)  # (n, M)
         memory = torch.where(has_mail[:, None], new, rows.memory)  # (n, M)
         return memory, torch.where(has_mail, rows.mail_t, rows.last_update)
 
@@ -309,15 +402,18 @@ class TGN(nn.Module):
             memory (n, M) -> (3B, D).
         """
         s_q = memory.index_select(0, batch.query_row)  # (3B, M); index_select: its backward is one index_add
-        zero = self.time_enc(torch.zeros(1, device=memory.device)).expand(s_q.shape[0], -1)  # (3B, T) = phi(0)
-        query = torch.cat([s_q, zero], dim=1)  # (3B, M+T)
+        zero = self.time_enc(torch.zeros(1, device=memory.device))[0]  # (T,) = phi(0), the queries' time part
         q_n, k = batch.nbr_row.shape
-        s_nbr = memory.index_select(0, batch.nbr_row.reshape(-1)).view(q_n, k, -1)  # (3B, k, M)
-        kv = torch.cat([s_nbr, batch.nbr_feat, self.time_enc(batch.nbr_dt)], dim=2)  # (3B, k, M+F+T)
+        phi = self.time_enc(batch.nbr_dt)  # (3B, k, T); with memory[nbr_row] and nbr_feat, the neighbours' input
         roles = torch.arange(3, device=memory.device).repeat_interleave(batch.num_events)  # (3B,) src, dst, neg
         keys = batch.event_ids.repeat(3) * 3 + roles  # (3B,) dropout key of each query
-        att = self.attention(query, kv, batch.nbr_mask, keys, batch.epoch)  # (3B, M+T)
-        return self.merge(torch.cat([att, s_q], dim=1))  # (3B, D)
+        # merge(cat([attention(cat([s_q, phi(0)]), ...), s_q])) with the first merge product split by input part
+        # and its attention part folded into the attention's weights (TemporalAttention.folded)
+        first, act, last = self.merge
+        w_att, w_state = first.weight.split([self.config.query_dim, self.config.memory_dim], dim=1)
+        att = self.attention.folded(s_q, zero, memory, batch.nbr_row, batch.nbr_feat, phi, batch.nbr_mask, keys,
+                                    batch.epoch, w_att)  # (3B, D)
+        return last(act(att + F.linear(s_q, w_state, first.bias)))  # (3B, D)
 
     def decode(self, z_src: torch.Tensor, z_dst: torch.Tensor) -> torch.Tensor:
         """Link logits. Shapes: (B, D), (B, D) -> (B,)."""
@@ -334,8 +430,14 @@ class TGN(nn.Module):
                               f"expected one row per entry of batch.node_ids")
         memory, last_update = self.update_memory(rows)  # (n, M), (n,)
         z = self.embed(memory, batch)  # (3B, D)
-        z_src, z_dst, z_neg = z.split(batch.num_events)  # (B, D) each
-        return TGNOutput(self.decode(z_src, z_dst), self.decode(z_src, z_neg), memory, last_update)
+        b, d = batch.num_events, self.config.embedding_dim
+        # decode(z_src, z_dst) and decode(z_src, z_neg) with the first layer split by input half: z_src's half
+        # runs once for both pairs, the other half once over [dst; neg]
+        first, last = self.decoder[0], self.decoder[2]
+        w_src, w_other = first.weight.split(d, dim=1)  # (D, D) each
+        hidden = F.linear(z[b:], w_other).view(2, b, d) + F.linear(z[:b], w_src, first.bias)  # (2, B, D)
+        logits = last(hidden.relu()).view(2, b)  # (2, B): [pos; neg]
+        return TGNOutput(logits[0], logits[1], memory, last_update)
 
 
 # --------------------------------------------------------------------------------------------- loss, messages

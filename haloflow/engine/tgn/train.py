@@ -43,7 +43,7 @@ from haloflow.engine.tgn.memory import NodeOwners, ShardedMemory
 from haloflow.engine.tgn.parallelize import parallelize_tgn
 from haloflow.engine.trainer import Exported, RunInfo, run
 from haloflow.models.temporal_metrics import average_precision, mean_reciprocal_rank, roc_auc
-from haloflow.models.tgn import TGN, make_tgn_batch, tgn_batch_loss, tgn_messages
+from haloflow.models.tgn import TGN, TGNBatch, make_tgn_batch, tgn_batch_loss, tgn_messages
 from haloflow.models.tgn_memory import MemoryRows
 
 __all__ = ["TGNTrainConfig", "TGNTrainResult", "TGNFamily", "BatchLog", "train_tgn", "read_events"]
@@ -130,7 +130,8 @@ class TGNFamily:
         self.model, self.memory, self.sync = parallelize_tgn(TGN(cfg.model_config(ev.edge_dim)).to(lay.device),
                                                              owners, lay.group, edge_dim=ev.edge_dim,
                                                              device=lay.device, stats=self.stats)
-        self.opt = torch.optim.Adam(self.model.parameters(), lr=cfg.lr)
+        # fused: one kernel over all parameters; the per-tensor CPU default spent ~1.5 ms of a ~20 ms batch
+        self.opt = torch.optim.Adam(self.model.parameters(), lr=cfg.lr, fused=True)
         self.batches = _batches(self.train_ids, cfg.batch_size)[: cfg.max_train_batches]
 
     # ------------------------------------------------------------------------------------------ checkpoints
@@ -195,19 +196,9 @@ class TGNFamily:
         """One global batch (every rank calls it with the same ids); returns (global loss, pos, neg logits mine).
 
         ``store=False`` scores without storing the batch's messages (the memory does not move)."""
-        ev, dev = self.events, self.rt.layout.device
         ids = self.mine(batch_ids)
         neg = self.mine(neg_all)
-        query = torch.from_numpy(np.unique(np.concatenate([ev.src[ids], ev.dst[ids], neg])))  # (q,)
-        handle = self.memory.fetch(query)  # the rows travel while we sample
-        if self.config.schedule == "wait_first":
-            rows_q = handle.wait()
-        batch = make_tgn_batch(ev, ids, neg, csr, num_neighbors=self.config.num_neighbors, epoch=epoch).to(dev)
-        if self.config.schedule == "overlap":
-            rows_q = handle.wait()
-        extra = batch.node_ids.cpu()[~torch.isin(batch.node_ids.cpu(), query)]  # neighbour-only nodes
-        rows_x = self.memory.fetch(extra).wait()
-        rows = _in_order(batch.node_ids, torch.cat([query, extra]).to(dev), rows_q, rows_x)
+        batch, rows = self._rows(ids, neg, csr, epoch)
         with torch.set_grad_enabled(train):
             out = self.model(rows, batch)
             loss = tgn_batch_loss(out.pos_logit, out.neg_logit, num_events=batch_ids.shape[0])
@@ -217,8 +208,28 @@ class TGNFamily:
             self.sync.wait()
             self.opt.step()
         if store:
-            self.memory.apply(tgn_messages(batch, out))
+            with torch.no_grad():
+                self.memory.apply(tgn_messages(batch, out))
         return loss.detach(), out.pos_logit.detach(), out.neg_logit.detach()
+
+    def _rows(self, ids: np.ndarray, neg: np.ndarray, csr: TemporalCSR, epoch: int) -> tuple[TGNBatch, MemoryRows]:
+        """This rank's batch and the state rows of its nodes: the query nodes' rows fetched while sampling, then
+        the neighbour-only nodes' rows. One process fetches nothing: its rows are gathered in one go."""
+        ev, dev = self.events, self.rt.layout.device
+        k = self.config.num_neighbors
+        if self.memory.group is None:
+            batch = make_tgn_batch(ev, ids, neg, csr, num_neighbors=k, epoch=epoch).to(dev)
+            return batch, self.memory.fetch(batch.node_ids).wait()
+        query = torch.from_numpy(np.unique(np.concatenate([ev.src[ids], ev.dst[ids], neg])))  # (q,)
+        handle = self.memory.fetch(query)  # the rows travel while we sample
+        if self.config.schedule == "wait_first":
+            rows_q = handle.wait()
+        batch = make_tgn_batch(ev, ids, neg, csr, num_neighbors=k, epoch=epoch).to(dev)
+        if self.config.schedule == "overlap":
+            rows_q = handle.wait()
+        extra = batch.node_ids.cpu()[~torch.isin(batch.node_ids.cpu(), query)]  # neighbour-only nodes
+        rows_x = self.memory.fetch(extra).wait()
+        return batch, _in_order(batch.node_ids, torch.cat([query, extra]).to(dev), rows_q, rows_x)
 
 
     def finish(self) -> None:
