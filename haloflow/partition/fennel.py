@@ -463,8 +463,8 @@ def _refresh(penalty, loads, q, scale, alpha, gamma):
 def _place_vertex_weighted(v, nbrs, parts, sizes, loads, wv, penalty, scale, caps, alpha, gamma, seed, restream,
                            conn, touched):
     """The per-vertex step with W weights: among the parts where v fits under every cap, the best score
-    ``conn[q] - sum_j penalty[q, j] * wv[j]``; when v fits nowhere, the part it overflows least (relative to the
-    caps), the score breaking ties. K W work per vertex besides its row."""
+    ``conn[q] - sum_j penalty[q, j] * wv[j]``; when v fits nowhere, the part whose excess over the caps it raises
+    least, the score breaking ties. K W work per vertex besides its row (a second K W scan when it fits nowhere)."""
     k, w = loads.shape
     if restream:
         old = parts[v]
@@ -482,19 +482,36 @@ def _place_vertex_weighted(v, nbrs, parts, sizes, loads, wv, penalty, scale, cap
             touched[nt] = q
             nt += 1
         conn[q] += 1
-    best, best_score, best_over = -1, -np.inf, np.inf
+    # the parts where v fits on every weight it carries, best score first; ties go to the first in a scan that
+    # starts at a seeded offset
+    best, best_score = -1, -np.inf
     offset = (v + seed) % k
     for i in range(k):
         q = offset + i
         if q >= k:
             q -= k
-        over = 0.0  # what v adds to q's excess over the caps (0 where it fits; see balance.py's excess)
+        fits = True
         score = np.float64(conn[q])
         for j in range(w):
-            over += (max(0, loads[q, j] + wv[j] - caps[j]) - max(0, loads[q, j] - caps[j])) / max(caps[j], 1)
+            if wv[j] > 0 and loads[q, j] + wv[j] > caps[j]:
+                fits = False
+                break
             score -= penalty[q, j] * wv[j]
-        if over < best_over or (over == best_over and score > best_score):
-            best, best_score, best_over = q, score, over
+        if fits and score > best_score:
+            best, best_score = q, score
+    if best < 0:  # v fits nowhere: the part whose excess over the caps it raises least, then the best score
+        best_over = np.inf
+        for i in range(k):
+            q = offset + i
+            if q >= k:
+                q -= k
+            over = 0.0  # what v adds to q's excess (balance.py's measure)
+            score = np.float64(conn[q])
+            for j in range(w):
+                over += (max(0, loads[q, j] + wv[j] - caps[j]) - max(0, loads[q, j] - caps[j])) / max(caps[j], 1)
+                score -= penalty[q, j] * wv[j]
+            if over < best_over or (over == best_over and score > best_score):
+                best, best_score, best_over = q, score, over
     for i in range(nt):
         conn[touched[i]] = 0
     parts[v] = best
