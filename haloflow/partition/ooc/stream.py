@@ -9,12 +9,13 @@
                                                       alpha (api.fennel_weights)
     random   random_partition(N, K, seed)             the same seeded permutation
     then     the balance check of ``partition_graph``: the same weights, caps and goals; when the assignment
-             already meets them (always for nodes alone: Fennel's hard cap is the cap; for several weights, whenever
-             no vertex found every part full) nothing moves, as in
-             memory. Otherwise ``rebalance`` runs over the CSR memory-mapped (its pages count as resident while
-             it runs; a warning says so).
+             already meets them (always for nodes alone: Fennel's hard cap is the cap; for several weights when
+             the stream ends within every cap, as in every run measured) nothing moves, as in memory. Otherwise
+             ``rebalance`` runs over the CSR memory-mapped (its pages count as resident while it runs; a warning
+             says so).
 
-Only ``fennel_order="natural"`` and ``fennel_start="stream"`` can stream; ``"auto"`` resolves to them here.
+Only ``fennel_order="natural"`` and ``fennel_start="stream"`` can stream; ``"auto"`` resolves to them here (so with
+several weights the weighted stream alone: the in-memory auto's other candidates need the whole graph).
 """
 
 from __future__ import annotations
