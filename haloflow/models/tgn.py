@@ -261,11 +261,10 @@ def _gru_cell(cell: nn.GRUCell, stored: torch.Tensor, phi: torch.Tensor, h: torc
     w_stored, w_time = cell.weight_ih.split([stored.shape[1], phi.shape[1]], dim=1)  # (3M, 2M+F), (3M, T)
     gi = torch.addmm(F.linear(stored, w_stored, cell.bias_ih), phi, w_time.t())  # (n, 3M)
     gh = F.linear(h, cell.weight_hh, cell.bias_hh)  # (n, 3M)
-    i_r, i_z, i_n = gi.chunk(3, dim=1)
-    h_r, h_z, h_n = gh.chunk(3, dim=1)
-    r, z = torch.sigmoid(i_r + h_r), torch.sigmoid(i_z + h_z)  # (n, M) each; torch's gate order r, z, n
-    n = torch.tanh(i_n + r * h_n)
-    return n + z * (h - n)  # (1 - z) n + z h
+    m = h.shape[1]
+    r, z = torch.sigmoid(gi[:, :2 * m] + gh[:, :2 * m]).chunk(2, dim=1)  # (n, M) each; torch's gate order r, z, n
+    n = torch.tanh(torch.addcmul(gi[:, 2 * m:], r, gh[:, 2 * m:]))  # (n, M)
+    return torch.lerp(n, h, z)  # (1 - z) n + z h; both gates in one pass, as few (n, M) passes as the formula allows
 
 
 # --------------------------------------------------------------------------------------------- batch
