@@ -95,7 +95,8 @@ import numpy as np
 from haloflow.errors import ConfigError
 from haloflow.utils.progress import progress_bar
 
-__all__ = ["fennel_partition", "FennelStream", "cut_entries", "FENNEL_GAMMA", "FENNEL_PASSES", "FENNEL_STARTS", "FENNEL_ORDERS"]
+__all__ = ["fennel_partition", "FennelStream", "cut_entries", "FENNEL_GAMMA", "FENNEL_PASSES", "FENNEL_STARTS",
+           "FENNEL_ORDERS"]
 
 log = logging.getLogger(__name__)
 
@@ -185,7 +186,8 @@ def fennel_partition(
             parts = stream.parts
             # with several weights, a start that ends over a cap leaves work to the rebalancer, whose moves cost
             # cut: it loses
-            key = (stream.over_caps() if weights is not None else 0, _cut_entries(indptr, indices, parts) if len(starts) > 1 else 0)
+            key = (stream.over_caps() if weights is not None else 0,
+                   _cut_entries(indptr, indices, parts) if len(starts) > 1 else 0)
             log.debug("fennel: K=%d, start %s, %d passes, order %s, (loads over a cap, cut entries) %s, "
                       "part sizes %s", k, how, passes, order, key, stream.sizes.tolist())
             if best is None or key < best_key:
