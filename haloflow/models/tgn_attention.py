@@ -89,17 +89,19 @@ def _attend_fwd(qk, mem, rows, feat, phi, mask, mult, p_out, pd_out, xbar):  # p
 
 
 @njit(parallel=True, fastmath=True, cache=True)
-def _attend_bwd(qk, mem, rows, feat, phi, mask, mult, p, pd, g_pd, g_xbar, g_qk, g_mem_slot, g_phi
+def _attend_bwd(qk, mem, rows, feat, phi, mask, mult, p, pd, g_pd, g_xbar, g_qk, g_mem_slot, g_phi, g_s
                 ):  # pragma: no cover - compiled
     # g_mem_slot (Q, k, M): the gradient of each slot's memory row (the caller adds them up per row);
-    # feat is data, so it gets none
+    # feat is data, so it gets none. g_s (Q, H, k) is scratch for the scores' gradient, passed in rather than
+    # allocated per query inside the parallel loop (numba's allocator is shared by the threads).
     n_q, n_h, d = qk.shape
     k, m, f, t = rows.shape[1], mem.shape[1], feat.shape[2], phi.shape[2]
     for q in prange(n_q):
-        gs = np.zeros((n_h, k), dtype=np.float32)
+        gs = g_s[q]  # (H, k)
         for h in range(n_h):
             dot = 0.0
             for j in range(k):
+                gs[h, j] = 0.0
                 if mask[q, j]:
                     g = g_pd[q, h, j] + _dot(g_xbar, q, h, mem, rows[q, j], feat, phi, j)
                     g *= mult[q, h, j]  # gradient of the softmax output p
@@ -171,7 +173,7 @@ class _Attend(torch.autograd.Function):
             follow_torch_threads()
             _attend_bwd(qk.numpy(), mem.numpy(), rows.numpy(), feat.numpy(), phi.numpy(), mask.numpy(),
                         mult.numpy(), p.numpy(), pd.numpy(), g_pd.numpy(), g_xbar.numpy(), g_qk.numpy(),
-                        g_slot.numpy(), g_phi.numpy())
+                        g_slot.numpy(), g_phi.numpy(), torch.empty_like(p).numpy())
         g_mem = None
         if ctx.needs_input_grad[1]:  # one index_add over the Q*k slots (padding slots add zeros to row 0)
             g_mem = torch.zeros_like(mem).index_add_(0, rows.reshape(-1), g_slot.view(q_n * k, -1))
