@@ -36,6 +36,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from haloflow.cache.kernels import exchange_rows, read_through, write_through
 from haloflow.cache.memory import check_state_dict
 from haloflow.cache.optim import make_optimizer
 from haloflow.cache.types import RowOptimizer
@@ -102,6 +103,7 @@ class BackingStore:
         self._maps = list(maps)
         self._max_resident = max_resident_bytes
         self._touched = 0  # bytes of pages mapped since the last release (an upper estimate)
+        self._flat = {k: a.numpy().reshape(self.num_rows, -1) for k, a in arrays.items()}  # (N, w) views
 
     # ------------------------------------------------------------------------------------------ building
     @classmethod
@@ -225,6 +227,46 @@ class BackingStore:
             a.index_copy_(0, ids, rows[k].to("cpu"))
         self._touch(ids.numel())
 
+    def exchange(self, slots: dict[str, np.ndarray], write_slots: np.ndarray, write_ids: np.ndarray,
+                 read_ids: np.ndarray, read_slots: np.ndarray) -> None:
+        """A cache's moves on host slots, one compiled pass per array: rows ``write_ids`` <- ``slots[k]
+        [write_slots]``, then ``slots[k][read_slots]`` <- rows ``read_ids``. ``slots``: {array name: (S, w)
+        NumPy view of the slots in host memory} (``host_views``)."""
+        for k, table in self._flat.items():
+            exchange_rows(slots[k], table, write_slots, write_ids, read_ids, read_slots)
+        self._touch(write_ids.size + read_ids.size)
+
+    def read_through(self, slots: dict[str, np.ndarray], slot: np.ndarray, ids: np.ndarray,
+                     keys: tuple[str, ...] | None = None) -> dict[str, Tensor]:
+        """Copies of rows ``ids`` (u,) of every array (or of ``keys``), each from ``slots[k][slot[j]]`` where
+        ``slot[j] >= 0`` and from this store otherwise, one compiled pass per array (``slots`` as for
+        ``exchange``)."""
+        out = {}
+        for k, table in self._flat.items():
+            if keys is not None and k not in keys:
+                continue
+            out[k] = torch.empty((ids.size, *self.arrays[k].shape[1:]), dtype=self.arrays[k].dtype)  # (u, ...)
+            read_through(slots[k], table, slot, ids, out[k].numpy().reshape(ids.size, -1))
+        if self._maps:
+            self._touch(int(np.count_nonzero(slot < 0)))
+        return out
+
+    def write_through(self, slots: dict[str, np.ndarray], slot: np.ndarray, ids: np.ndarray,
+                      rows: dict[str, Tensor]) -> None:
+        """The inverse of ``read_through``: ``rows[k][j]`` to slot ``slot[j]``, or to row ``ids[j]`` here."""
+        for k, table in self._flat.items():
+            write_through(slots[k], table, slot, ids, rows[k].contiguous().numpy().reshape(ids.size, -1))
+        if self._maps:
+            self._touch(int(np.count_nonzero(slot < 0)))
+
+    @staticmethod
+    def host_views(slots: dict[str, Tensor]) -> dict[str, np.ndarray] | None:
+        """(S, w) NumPy views of a cache's slot arrays for ``exchange`` and the ``*_through`` copies; None when
+        the slots are not in host memory (a GPU: then ``read`` and ``write``)."""
+        if any(a.device.type != "cpu" for a in slots.values()):
+            return None
+        return {k: a.numpy().reshape(a.shape[0], -1) for k, a in slots.items()}
+
     @property
     def write_chunk(self) -> int:
         """Rows per ``write`` call that keep the mapped pages near ``max_resident_bytes`` (scattered rows map one
@@ -267,7 +309,7 @@ class BackingStore:
     def close(self) -> None:
         """Flush and unmap. The store must not be used afterwards."""
         self.flush()
-        self.arrays = {}
+        self.arrays, self._flat = {}, {}
         for mm in self._maps:
             try:
                 mm.close()

@@ -47,6 +47,8 @@ from haloflow.errors import ConfigError
 
 __all__ = ["CachedStore", "CacheConfig"]
 
+_NO_VICTIMS = np.zeros(0, dtype=bool)
+
 
 @dataclass(frozen=True, kw_only=True)
 class CacheConfig:
@@ -133,6 +135,7 @@ class CachedStore:
                               f"{max_bytes // self.slot_bytes} slots fit", field="max_bytes")
         self.slots = {k: torch.empty((self.num_slots, *a.shape[1:]), dtype=a.dtype, device=self.device)
                       for k, a in backing.arrays.items()}  # (S, D) weight, (S, ...) state
+        self._host = BackingStore.host_views(self.slots)  # (S, w) NumPy views when the slots are in host memory
         self.dirty = np.zeros(self.num_slots, dtype=bool)  # (S,) slot differs from its backing row
         self.directory = SlotDirectory(self.num_rows, self.num_slots, policy if policy is not None else LRUPolicy())
         self._mover = RowMover(self.device, overlap)
@@ -158,9 +161,14 @@ class CachedStore:
 
     # ------------------------------------------------------------------------------------------ lookups
     def gather(self, ids: Tensor) -> Tensor:
-        """Rows ``ids`` (n,) as a (n, D) tensor on ``device``. One device sync: the distinct ids go to the host."""
-        uniq, inverse = torch.unique(ids, return_inverse=True)  # (u,), (n,)
-        u = self._host_ids(uniq)
+        """Rows ``ids`` (n,) as a (n, D) tensor on ``device``. One device sync: the ids go to the host."""
+        u = self._host_ids(ids)
+        inverse = None
+        if u.size > 1 and not (u[1:] > u[:-1]).all():  # a bag hands over its distinct ids, ascending, already
+            uniq, inverse = torch.unique(ids, return_inverse=True)  # (u,), (n,)
+            u = self._host_ids(uniq)
+        else:
+            u = u.copy()  # the plans keep u: not a view of the caller's tensor
         pending, self._pending = self._pending, None
         self._mover.wait()
         self._mover.step()
@@ -170,8 +178,16 @@ class CachedStore:
             plan = self.directory.plan(u)
         self._move(plan, self._claim(plan))
         self._outstanding = plan
-        rows = torch.empty((u.size, self.dim), dtype=self.slots["weight"].dtype, device=self.device)  # (u, D)
         cached = plan.slots >= 0
+        if cached.all():  # the common case: one gather from the slots
+            rows = self.slots["weight"].index_select(0, torch.from_numpy(plan.slots).to(self.device))  # (u, D)
+            return rows if inverse is None else rows[inverse.to(self.device)]
+        if self._host is not None:  # host slots: one compiled gather from slots and backing store
+            through = self.backing.read_through(self._host, plan.slots, plan.ids, keys=("weight",))
+            self.stats.bytes_to_device += int(np.count_nonzero(~cached)) * self.dim * through["weight"].element_size()
+            rows = through["weight"]  # (u, D)
+            return rows if inverse is None else rows[inverse]
+        rows = torch.empty((u.size, self.dim), dtype=self.slots["weight"].dtype, device=self.device)  # (u, D)
         if cached.any():
             pos = torch.from_numpy(np.flatnonzero(cached)).to(self.device)
             rows[pos] = self.slots["weight"][torch.from_numpy(plan.slots[cached]).to(self.device)]
@@ -180,7 +196,7 @@ class CachedStore:
             pos = torch.from_numpy(np.flatnonzero(~cached)).to(self.device)
             rows[pos] = self.backing.read(over, keys=("weight",))["weight"].to(self.device, non_blocking=True)
             self.stats.bytes_to_device += over.numel() * self.dim * rows.element_size()
-        return rows[inverse.to(self.device)]  # (n, D)
+        return rows if inverse is None else rows[inverse.to(self.device)]  # (n, D)
 
     def prefetch(self, ids: Tensor) -> None:
         """Start bringing the rows of the next batch ``ids`` into slots while the current batch computes.
@@ -227,11 +243,30 @@ class CachedStore:
         """Apply the optimizer to rows ``ids`` (u,) distinct, wherever each row is now, with ``grads`` (u, D)."""
         u = ids.detach().to("cpu").numpy().astype(np.int64, copy=False)
         out = self._outstanding
-        if out is None or not np.isin(u, out.ids).all():
+        if out is None or not (np.array_equal(u, out.ids) or np.isin(u, out.ids).all()):
             self._mover.wait()  # a row outside the outstanding batch may be moving
         grads = grads.detach().to(self.device)
         slot = self.directory.lookup(u)  # (u,) located now, not at gather time
         cached = slot >= 0
+        if cached.all():  # the common case: the batch's rows all in slots
+            s = torch.from_numpy(slot).to(self.device)
+            rows = {k: a.index_select(0, s) for k, a in self.slots.items()}  # (u, ...)
+            self._update(rows, grads)
+            for k, a in self.slots.items():
+                a.index_copy_(0, s, rows[k])
+            self.dirty[slot] = True
+            self._outstanding = None
+            return
+        if self._host is not None:  # host slots: one gather, one update, one scatter
+            rows = self.backing.read_through(self._host, slot, u)
+            self._update(rows, grads)
+            self.backing.write_through(self._host, slot, u, rows)
+            self.dirty[slot[cached]] = True
+            n = int(np.count_nonzero(~cached))
+            self.stats.bytes_to_device += n * self.slot_bytes
+            self.stats.bytes_to_host += n * self.slot_bytes
+            self._outstanding = None
+            return
         if cached.any():
             sel = torch.from_numpy(np.flatnonzero(cached)).to(self.device)
             s = torch.from_numpy(slot[cached]).to(self.device)
@@ -265,6 +300,8 @@ class CachedStore:
 
     def _claim(self, plan: BatchPlan) -> np.ndarray:
         """Dirty flags of the plan's victims, taken now (the training thread owns ``dirty``); loaded slots are clean."""
+        if not plan.load_ids.size:
+            return _NO_VICTIMS
         victim_dirty = self.dirty[plan.evict_slots]
         self.dirty[plan.evict_slots] = False
         self.dirty[plan.load_slots] = False
@@ -277,6 +314,12 @@ class CachedStore:
     def _move(self, plan: BatchPlan, victim_dirty: np.ndarray) -> None:
         """Write back the dirty victims, then read the admitted rows into their slots (in this order: a load may
         reuse a victim's slot)."""
+        if not plan.load_ids.size:
+            return  # a row is only evicted for a load
+        if self._host is not None:  # host slots: one compiled copy per array
+            self.backing.exchange(self._host, plan.evict_slots[victim_dirty], plan.evict_ids[victim_dirty],
+                                  plan.load_ids, plan.load_slots)
+            return
         if victim_dirty.any():
             s = torch.from_numpy(plan.evict_slots[victim_dirty]).to(self.device)
             rows = {k: a.index_select(0, s) for k, a in self.slots.items()}

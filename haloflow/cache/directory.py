@@ -20,7 +20,9 @@ The directory only decides; the store moves the rows (victims written back when 
 same code drives the miss-ratio simulator, so a simulated hit rate is the hit rate the store will see.
 
 Cost per batch: O(u log u) to rank the misses; when a miss needs a victim, one O(S) pass over the slots to find
-the evictable ones plus an O(S) partial sort (``np.partition``) of their scores.
+the evictable ones plus an O(S) partial sort (``np.partition``) of their scores. A policy whose scores are a
+per-row table (``score_table``: LRU, LFU, frequency) is planned by one compiled call instead (kernels.py:
+the same decisions, O(u log u + S log k)).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from haloflow.cache.kernels import plan_batch
 from haloflow.cache.types import CachePolicy, CacheStats
 
 __all__ = ["SlotDirectory", "BatchPlan"]
@@ -100,6 +103,8 @@ class SlotDirectory:
         self._free = np.arange(self.num_slots, dtype=np.int64)  # free slots, taken from the front
         self.clock = 0
         self.policy.reset(self.num_rows)
+        self._slot_score: np.ndarray | None = None  # (S,) each slot's row's score, for the compiled plan
+        self._blocked = np.zeros(self.num_slots, dtype=bool)  # (S,) the compiled plan's scratch: unevictable
 
     def warm(self) -> tuple[np.ndarray, np.ndarray]:
         """Fill free slots with the policy's warm-start rows; returns (ids, slots) to read from the backing store."""
@@ -107,13 +112,16 @@ class SlotDirectory:
         ids = ids[self.id_slot[ids] < 0][: self._free.size]
         slots, self._free = self._free[: ids.size], self._free[ids.size:]
         self.slot_id[slots], self.id_slot[ids] = ids, slots
+        self._slot_score = None  # rebuilt at the next compiled plan
         return ids, slots
 
     @property
     def nbytes(self) -> int:
         """Host bytes of the maps and the policy: 8 (N + 2 S) + the policy's (8 N for every policy here), i.e.
-        16 bytes per row and per slot; a ``cached`` plan counts them in the table's host memory."""
-        return self.id_slot.nbytes + self.slot_id.nbytes + 8 * self.num_slots + self.policy.nbytes
+        16 bytes per row and per slot, plus, for a policy planned by the compiled pass, 9 per slot (each slot's
+        row's score and a scratch flag); a ``cached`` plan counts them in the table's host memory."""
+        extra = 9 * self.num_slots if self.policy.score_table() is not None else 0
+        return self.id_slot.nbytes + self.slot_id.nbytes + 8 * self.num_slots + self.policy.nbytes + extra
 
     def lookup(self, ids: np.ndarray) -> np.ndarray:
         """Slots of ``ids`` (-1 where not cached)."""
@@ -131,6 +139,9 @@ class SlotDirectory:
             record: first sight of this batch: tell the policy and count lookups, hits and misses.
             final: the plan that serves the batch: count its overflow.
         """
+        table = self.policy.score_table()
+        if table is not None:
+            return self._plan_compiled(ids, table, pinned, deferred, record, final)
         slot = self.id_slot[ids]  # (u,)
         hit = slot >= 0
         if record:
@@ -171,4 +182,27 @@ class SlotDirectory:
         self.stats.evicted += evict_ids.size
         if final:
             self.stats.overflow += int(np.sum(slots < 0))
+        return BatchPlan(ids, slots, load_ids, load_slots, evict_ids, evict_slots)
+
+    def _plan_compiled(self, ids, table, pinned, deferred, record, final) -> BatchPlan:
+        """``plan`` in one compiled pass (kernels.py), for policies whose scores are a per-row table."""
+        if record:
+            self.policy.record(ids, self.clock)  # before the scores are read: a batch scores as looked up
+            self.clock += 1
+        if self._slot_score is None:  # first compiled plan since a reset or warm start: each slot's row's score
+            self._slot_score = np.where(self.slot_id >= 0, table[np.maximum(self.slot_id, 0)], 0)
+        slots, load_ids, load_slots, evict_ids, evict_slots, taken, nh, n_over = plan_batch(
+            ids, self.id_slot, self.slot_id, self._slot_score, self._blocked, self._free, table, pinned, deferred,
+            self.policy.admit_all)
+        if taken:
+            self._free = self._free[taken:]
+        st = self.stats
+        if record:
+            st.lookups += ids.size
+            st.hits += nh
+            st.misses += ids.size - nh
+        st.admitted += load_ids.size
+        st.evicted += evict_ids.size
+        if final:
+            st.overflow += n_over
         return BatchPlan(ids, slots, load_ids, load_slots, evict_ids, evict_slots)

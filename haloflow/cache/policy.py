@@ -52,6 +52,9 @@ class LRUPolicy(CachePolicy):
     def scores(self, ids: np.ndarray) -> np.ndarray:
         return self._last[ids]
 
+    def score_table(self) -> np.ndarray:
+        return self._last
+
     @property
     def nbytes(self) -> int:
         return self._last.nbytes
@@ -73,6 +76,9 @@ class LFUPolicy(CachePolicy):
 
     def scores(self, ids: np.ndarray) -> np.ndarray:
         return self._count[ids]
+
+    def score_table(self) -> np.ndarray:
+        return self._count
 
     @property
     def nbytes(self) -> int:
@@ -108,6 +114,9 @@ class FrequencyPolicy(CachePolicy):
 
     def scores(self, ids: np.ndarray) -> np.ndarray:
         return self._hist[ids]
+
+    def score_table(self) -> np.ndarray:
+        return self._hist
 
     @property
     def nbytes(self) -> int:

@@ -105,10 +105,11 @@ class RowMover:
         self._future: Future | None = None
         self._overlap = True if overlap is None and self._stream is not None else overlap
         self.chooser = OverlapChooser() if self._overlap is None else None
+        self._jobs = False  # a job was submitted (a cache that never prefetches times nothing)
 
     def step(self) -> None:
-        """A training step begins (timed by the chooser, when there is one)."""
-        if self.chooser is not None:
+        """A training step begins (timed by the chooser, when there is one and a job has come)."""
+        if self.chooser is not None and self._jobs:
             self.chooser.step()
 
     @property
@@ -119,6 +120,7 @@ class RowMover:
         """Run ``job`` in the background (or, when the chooser says so, now); the previous job must have been
         waited for."""
         assert self._future is None, "RowMover.submit while a job is in flight"
+        self._jobs = True
         if not (self._overlap if self.chooser is None else self.chooser.job()):
             self._future = Future()  # done now; wait() re-raises its error as for a background job
             try:

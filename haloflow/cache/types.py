@@ -116,6 +116,13 @@ class CachePolicy(abc.ABC):
         """The ids (any order, repeats allowed) of the next batch not yet announced; batches are announced in order
         from batch 0, up to ``window`` ahead of the one being planned. Ignored unless the policy looks ahead."""
 
+    def score_table(self) -> np.ndarray | None:
+        """The (N,) int64 array that ``scores`` indexes (``scores(ids) == score_table()[ids]``) when a row's score
+        is a stored number, so that the directory can plan in one compiled pass; None (default) when scores are
+        computed. The directory keeps the scores of its cached rows beside their slots, so ``record(ids)`` may
+        change only the entries of ``ids``."""
+        return None
+
     def warm_start(self, num_slots: int) -> np.ndarray:
         """Row ids to load before the first batch (at most ``num_slots``); none by default."""
         return np.empty(0, dtype=np.int64)

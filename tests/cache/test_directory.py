@@ -1,6 +1,7 @@
 import numpy as np
+import pytest
 
-from haloflow.cache import LFUPolicy, LRUPolicy, SlotDirectory
+from haloflow.cache import CachePolicy, LFUPolicy, LRUPolicy, SlotDirectory, make_policy
 
 
 def _full(ids, policy=None, rows=10):
@@ -48,3 +49,42 @@ def test_counts_once_per_batch_when_replanned():
     d.plan(np.array([1, 2]), final=False)
     d.plan(np.array([1, 2]), record=False)
     assert (d.stats.lookups, d.stats.hits, d.stats.misses, d.stats.admitted) == (2, 0, 2, 2)
+
+
+class _Computed(CachePolicy):
+    """The same policy with its scores computed (no score_table): the directory plans it with NumPy."""
+
+    def __init__(self, inner):
+        self.inner, self.name, self.admit_all = inner, inner.name, inner.admit_all
+
+    def reset(self, num_rows):
+        self.inner.reset(num_rows)
+
+    def record(self, ids, clock):
+        self.inner.record(ids, clock)
+
+    def scores(self, ids):
+        return self.inner.scores(ids)
+
+    def warm_start(self, num_slots):
+        return self.inner.warm_start(num_slots)
+
+
+@pytest.mark.parametrize("name, admit_all", [("lru", True), ("lfu", True), ("frequency", True), ("frequency", False)])
+def test_the_compiled_plan_decides_as_the_numpy_one(name, admit_all, rng):
+    # Two directories, one planned by plan_kernel, one by NumPy, over a trace with ties, pins and deferred ids.
+    n, slots = 60, 9
+    trace = [np.unique((rng.zipf(1.3, 12) - 1) % n) for _ in range(80)]
+    hist = np.bincount(np.concatenate(trace), minlength=n) // 2  # many equal counts: ties decide often
+    fast = SlotDirectory(n, slots, make_policy(name, histogram=hist, admit_all=admit_all))
+    slow = SlotDirectory(n, slots, _Computed(make_policy(name, histogram=hist, admit_all=admit_all)))
+    assert fast.policy.score_table() is not None and slow.policy.score_table() is None
+    for d in (fast, slow):
+        d.warm()
+    for i, ids in enumerate(trace):
+        pinned = np.flatnonzero(fast.slot_id >= 0)[: i % 3]
+        deferred = ids[::5] if i % 4 == 0 else np.empty(0, dtype=np.int64)
+        a, b = (d.plan(ids, pinned=pinned, deferred=deferred, record=i % 7 != 3) for d in (fast, slow))
+        for field in ("slots", "load_ids", "load_slots", "evict_ids", "evict_slots"):
+            assert getattr(a, field).tolist() == getattr(b, field).tolist(), (i, field)
+    assert fast.stats == slow.stats and (fast.stats.evicted > 0 or not admit_all)  # admit-only keeps its hot set
