@@ -93,6 +93,7 @@ import numba
 import numpy as np
 
 from haloflow.errors import ConfigError
+from haloflow.partition.multilevel import multilevel_partition
 from haloflow.utils.progress import progress_bar
 
 __all__ = ["fennel_partition", "FennelStream", "cut_entries", "FENNEL_GAMMA", "FENNEL_PASSES", "FENNEL_STARTS",
@@ -102,7 +103,7 @@ log = logging.getLogger(__name__)
 
 FENNEL_GAMMA = 1.5
 FENNEL_PASSES = 4  # one streaming pass + 3 restreaming passes; see the module docstring
-FENNEL_STARTS = ("auto", "stream", "bisect")
+FENNEL_STARTS = ("auto", "stream", "bisect", "multilevel")
 FENNEL_ORDERS = ("bfs", "natural")
 # alpha of each weight's penalty when several are balanced, relative to the paper's alpha (measured in the module
 # docstring: at 1 the parts reach the caps in the first pass and late vertices go where they fit)
@@ -122,6 +123,7 @@ def fennel_partition(
     start: str = "auto",
     weights: np.ndarray | None = None,
     caps: np.ndarray | None = None,
+    symmetric: tuple[np.ndarray, np.ndarray] | None = None,
     progress: bool = False,
 ) -> np.ndarray:
     """int64 (N,) part of each vertex, at most ``max(imbalance * N / K, ceil(N / K))`` vertices per part.
@@ -138,9 +140,12 @@ def fennel_partition(
         order: ``"bfs"`` streams vertices in breadth-first order from a pseudo-peripheral vertex (two BFS
             sweeps over the rows, O(N) memory); ``"natural"`` streams ids 0..N-1, reading the CSR sequentially.
         start: ``"stream"`` (plain Fennel first pass), ``"bisect"`` (recursive BFS bisection, then ``passes - 1``
-            restreaming passes) or ``"auto"`` (both; the smaller edge cut wins, stream on a tie).
+            restreaming passes), ``"multilevel"`` (``multilevel.py``: coarsened by label propagation, started on the
+            coarsest graph, refined level by level, the weights' combination balanced; ``passes`` does not apply) or ``"auto"`` (stream and multilevel; the smaller edge cut wins, stream on a tie).
         weights, caps: int64 (N, W) and (W,): balance every column at once, each part at most ``caps`` on each
             (the module docstring's weighted score); None balances the vertex count alone, capped as above.
+        symmetric: the symmetric adjacency without self-loops (``metis.symmetric_adjacency``) that the multilevel
+            start needs; default ``(indptr, indices)``, which must then be one.
     """
     if order not in FENNEL_ORDERS:
         raise ConfigError(f"fennel order must be 'bfs' or 'natural', got {order!r}")
@@ -162,7 +167,7 @@ def fennel_partition(
         ids = _bfs(indptr, indices, ids[-1], ids, None, None, 0, None)
     else:
         ids = None
-    starts = ("stream", "bisect") if start == "auto" else (start,)
+    starts = ("stream", "multilevel") if start == "auto" else (start,)
     chunks = range(0, n, chunk_size)
     best, best_key = None, None
     with progress_bar(total=len(starts) * passes * len(chunks), desc="fennel", unit="chunk",
@@ -175,6 +180,13 @@ def fennel_partition(
                 stream.recount()
                 bar.update(len(chunks))
                 first = 1
+            elif how == "multilevel":  # its own refinement replaces the restreaming passes
+                sym = (indptr, indices) if symmetric is None else symmetric
+                stream.parts[:] = multilevel_partition(*sym, k, imbalance=imbalance, seed=seed,
+                                                       vweight=_multilevel_weight(weights))
+                stream.recount()
+                bar.update(passes * len(chunks))
+                first = passes
             for p in range(first, passes):
                 for lo in chunks:
                     hi = min(lo + chunk_size, n)
@@ -194,6 +206,13 @@ def fennel_partition(
                 best, best_key = parts, key
             del parts, stream  # at most two (N,) assignments alive at once
     return best
+
+
+def _multilevel_weight(weights: np.ndarray | None) -> np.ndarray | None:
+    """int64 (N,) the one vertex weight the multilevel start balances: the bisection's combined weight in
+    sixteenths (None: the vertex count)."""
+    combined = _bisection_weight(weights)
+    return None if combined is None else np.rint(combined * 16).astype(np.int64)
 
 
 def _bisection_weight(weights: np.ndarray | None) -> np.ndarray | None:

@@ -68,7 +68,7 @@ def test_bad_arguments():
         fennel_partition(g.indptr, g.indices, 2, order="dfs")
     with pytest.raises(ConfigError, match="passes must be >= 1, got 0"):
         fennel_partition(g.indptr, g.indices, 2, passes=0)
-    with pytest.raises(ConfigError, match="start must be one of auto, stream, bisect, got 'grow'"):
+    with pytest.raises(ConfigError, match="start must be one of auto, stream, bisect, multilevel, got 'grow'"):
         fennel_partition(g.indptr, g.indices, 2, start="grow")
 
 
@@ -85,7 +85,7 @@ def grid(rows: int, cols: int) -> CSRGraph:
 def test_bisect_start_cuts_a_mesh_into_compact_pieces(k):
     g = grid(60, 60)
     cuts = {}
-    for start in ("stream", "bisect", "auto"):
+    for start in ("stream", "bisect", "multilevel", "auto"):
         parts = fennel_partition(g.indptr, g.indices, k, start=start)
         assert np.bincount(parts, minlength=k).max() <= max(math.floor(1.05 * 3600 / k), -(-3600 // k))
         assert np.bincount(parts, minlength=k).min() > 0
@@ -95,7 +95,8 @@ def test_bisect_start_cuts_a_mesh_into_compact_pieces(k):
     assert cuts["bisect"] <= 3 * 120 * math.ceil(math.sqrt(k)), cuts
     if k >= 4:  # at K = 2 stream's single boundary is as short (measured 170 against 232 entries)
         assert cuts["bisect"] < cuts["stream"], cuts
-    assert cuts["auto"] == min(cuts["stream"], cuts["bisect"]), cuts
+    assert cuts["multilevel"] < cuts["bisect"], cuts
+    assert cuts["auto"] == min(cuts["stream"], cuts["multilevel"]), cuts
 
 
 def test_bisect_with_more_parts_than_vertices_leaves_parts_empty():

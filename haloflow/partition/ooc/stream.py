@@ -49,9 +49,9 @@ def streamable_config(config: PartitionConfig) -> PartitionConfig:
         raise ConfigError(f"--memory-budget streams the graph, and method {config.method!r} needs it whole in memory: "
                           f"expected --method {' or '.join(STREAMABLE_METHODS)} (or no --memory-budget)")
     if config.method == "fennel":
-        if config.fennel_start == "bisect":
-            raise ConfigError("PartitionConfig.fennel_start='bisect' needs the whole graph in memory; with "
-                              "--memory-budget expected stream (or auto)")
+        if config.fennel_start in ("bisect", "multilevel"):
+            raise ConfigError(f"PartitionConfig.fennel_start={config.fennel_start!r} needs the whole graph in memory; "
+                              "with --memory-budget expected stream (or auto)")
         if config.fennel_order == "bfs":
             raise ConfigError("PartitionConfig.fennel_order='bfs' visits rows in random order; with --memory-budget "
                               "expected natural (or auto), which reads the on-disk CSR sequentially")
