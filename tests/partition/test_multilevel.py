@@ -58,3 +58,19 @@ def test_edge_cases():
     assert empty.shape == (0,)
     with pytest.raises(ConfigError, match="sweeps must be >= 1"):
         multilevel_partition(g.indptr, g.indices, 2, sweeps=0)
+
+
+def test_level_0_in_blocks_gives_the_whole_csrs_answer():
+    """Streamed in row blocks of any size (as from a CSR on disk), level 0 gives the parts of one block."""
+    from haloflow.partition.multilevel import multilevel_blocks
+
+    g = grid(70, 70)
+    ip, ix = g.indptr.astype(np.int64), g.indices.astype(np.int64)
+    whole = multilevel_partition(ip, ix, 4, seed=2)
+    for rows in (1, 37, 1000):
+        def blocks(rows=rows):
+            for lo in range(0, g.num_nodes, rows):
+                hi = min(lo + rows, g.num_nodes)
+                yield lo, ip[lo:hi + 1], ix[ip[lo]:ip[hi]].astype(np.int32)
+        assert np.array_equal(multilevel_blocks(blocks, g.num_nodes, 4, seed=2), whole), rows
+    assert multilevel_blocks(lambda: iter([(0, ip, ix)]), g.num_nodes, 4, seed=2, max_coarse_entries=10) is None

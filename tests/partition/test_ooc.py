@@ -129,6 +129,32 @@ def test_text_and_metis_inputs(tmp_path):
         assert _digest(out) == _digest(mem), path
 
 
+@pytest.mark.parametrize("balance", [("nodes",), ("nodes", "edges")])
+def test_multilevel_out_of_core_equals_the_in_memory_multilevel(tmp_path, balance):
+    """The out-of-core multilevel start (level 0 read from the on-disk CSR) writes the in-memory run's folder; a
+    budget that cannot hold level 1 says so in one line."""
+    from tests.partition.test_fennel import grid
+
+    g = grid(150, 150)
+    src, dst = g.edges()
+    keep = src < dst
+    path = tmp_path / "mesh.txt"
+    path.write_text("".join(f"{s} {d}\n" for s, d in zip(src[keep], dst[keep])))
+    config = PartitionConfig(num_parts=4, method="fennel", seed=3, fennel_start="multilevel", fennel_order="natural",
+                             balance=balance)
+    mem = _in_memory(tmp_path, path, config)
+    out = tmp_path / "ooc"
+    budget = OutOfCoreConfig(memory_budget=8_000_000, baseline=0)  # level 1 fits (blocks: test_multilevel.py)
+    summary = partition_out_of_core(SnapEdges(path, progress=False), config, budget, out, progress=False)
+    assert _digest(out) == _digest(mem)
+    assert load_meta(out).edge_cut < 0.02  # a mesh cut along a few lines (streaming Fennel: ~0.1 in id order)
+    assert any(name.startswith("multilevel cluster sweep") for name in summary.stage_times), summary.stage_times
+    with pytest.raises(ConfigError, match="the graph's first coarse level does not fit in what --memory-budget"):
+        partition_out_of_core(SnapEdges(path, progress=False), config, OutOfCoreConfig(memory_budget=3_000_000,
+                              baseline=0), tmp_path / "small", progress=False)
+    assert not (tmp_path / "small").exists()
+
+
 def test_a_pace_file_streamed_is_checked_as_read_pace_checks_it(tmp_path):
     """The streamed reader shares read_pace's checks: the line of a bad edge, the header's m and n."""
     from haloflow.data.readers import read_pace

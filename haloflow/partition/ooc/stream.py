@@ -7,6 +7,10 @@
                  FennelStream.place_rows(block)       the per-vertex step the in-memory Fennel takes, in the
                                                       same order (ids 0..N-1) with the same weights, caps and
                                                       alpha (api.fennel_weights)
+    multilevel  (``fennel_start="multilevel"``, an undirected graph) ``multilevel_blocks``: level 0's clustering
+             and refinement sweeps stream the blocks in row order as in memory; level 1, built from the cut
+             entries, and the coarser levels are in memory when the budget holds them (MULTILEVEL_BYTES_PER_NODE
+             and _PER_ENTRY), else one line says it does not fit
     random   random_partition(N, K, seed)             the same seeded permutation
     then     the balance check of ``partition_graph``: the same weights, caps and goals; when the assignment
              already meets them (always for nodes alone: Fennel's hard cap is the cap; for several weights when
@@ -14,8 +18,9 @@
              ``rebalance`` runs over the CSR memory-mapped (its pages count as resident while it runs; a warning
              says so).
 
-Only ``fennel_order="natural"`` and ``fennel_start="stream"`` can stream; ``"auto"`` resolves to them here (so with
-several weights the weighted stream alone: the in-memory auto's other candidates need the whole graph).
+Only ``fennel_order="natural"`` and ``fennel_start="stream"`` or ``"multilevel"`` can stream; ``"auto"`` resolves to
+the stream here (so with several weights the weighted stream alone: the in-memory auto's other candidates need the
+whole graph, or a pass to compare the cuts).
 """
 
 from __future__ import annotations
@@ -28,10 +33,11 @@ from haloflow.errors import ConfigError
 from haloflow.partition.api import PartitionConfig, fennel_weights
 from haloflow.partition.balance import balance_caps, balance_goals, balance_weights, is_balanced, part_loads, rebalance
 from haloflow.partition.fennel import FennelStream
-from haloflow.partition.ooc.budget import MemoryPlan
+from haloflow.partition.ooc.budget import MIN_WORK, MemoryPlan
 from haloflow.partition.ooc.disk_csr import DiskCSR
 from haloflow.partition.random import random_partition
 from haloflow.partition.types import Assignment
+from haloflow.utils.memory import format_bytes
 from haloflow.utils.progress import progress_bar
 
 __all__ = ["STREAMABLE_METHODS", "streamable_config", "stream_partition"]
@@ -49,9 +55,9 @@ def streamable_config(config: PartitionConfig) -> PartitionConfig:
         raise ConfigError(f"--memory-budget streams the graph, and method {config.method!r} needs it whole in memory: "
                           f"expected --method {' or '.join(STREAMABLE_METHODS)} (or no --memory-budget)")
     if config.method == "fennel":
-        if config.fennel_start in ("bisect", "multilevel"):
-            raise ConfigError(f"PartitionConfig.fennel_start={config.fennel_start!r} needs the whole graph in memory; "
-                              "with --memory-budget expected stream (or auto)")
+        if config.fennel_start == "bisect":
+            raise ConfigError("PartitionConfig.fennel_start='bisect' needs the whole graph in memory; with "
+                              "--memory-budget expected stream, multilevel (or auto)")
         if config.fennel_order == "bfs":
             raise ConfigError("PartitionConfig.fennel_order='bfs' visits rows in random order; with --memory-budget "
                               "expected natural (or auto), which reads the on-disk CSR sequentially")
@@ -72,6 +78,45 @@ def _fennel(csr: DiskCSR, config: PartitionConfig, plan: MemoryPlan, weights: np
             if on_pass is not None:
                 on_pass(f"fennel pass {p + 1}")
     return stream.parts
+
+
+MULTILEVEL_BYTES_PER_NODE = 72  # labels, cluster weights, connection counts, vertex weights, parts, unique's copies
+MULTILEVEL_BYTES_PER_ENTRY = 32  # level 1's cut-entry keys, sorted, counted, split into rows and columns
+
+
+def _multilevel(csr: DiskCSR, config: PartitionConfig, plan: MemoryPlan, weights: np.ndarray, progress: bool,
+                on_pass) -> np.ndarray:
+    """The multilevel start (``multilevel.py``) over the on-disk CSR: level 0 streamed in row order, level 1 on
+    (built from the cut entries) in memory when the budget holds it."""
+    from haloflow.partition.fennel import _multilevel_weight
+    from haloflow.partition.multilevel import multilevel_blocks
+
+    n = csr.num_nodes
+    if not csr.symmetric:
+        raise ConfigError("PartitionConfig.fennel_start='multilevel' needs an undirected graph; with "
+                          "--memory-budget and a directed one expected stream (or auto)")
+    room = plan.work + n * plan.node_bytes - n * MULTILEVEL_BYTES_PER_NODE
+    if room < MIN_WORK:
+        raise ConfigError(f"--fennel-start multilevel needs {MULTILEVEL_BYTES_PER_NODE} bytes per node "
+                          f"({format_bytes(n * MULTILEVEL_BYTES_PER_NODE)} for {n:,} nodes) beside the rest, and "
+                          f"--memory-budget {format_bytes(plan.budget)} leaves {format_bytes(max(room, 0))}: expected a "
+                          "larger budget or --fennel-start stream")
+    balance = fennel_weights(weights, config)
+    with progress_bar(desc="multilevel", unit="sweep", enabled=progress) as bar:
+        def tick(name: str) -> None:
+            bar.update(1)
+            if on_pass is not None:
+                on_pass(f"multilevel {name}")
+
+        parts = multilevel_blocks(lambda: csr.blocks(plan.block_entries, plan.block_rows), n, config.num_parts,
+                                  imbalance=config.imbalance, seed=config.seed,
+                                  vweight=_multilevel_weight(balance.get("weights")),
+                                  max_coarse_entries=room // MULTILEVEL_BYTES_PER_ENTRY, on_sweep=tick)
+    if parts is None:
+        raise ConfigError(f"--fennel-start multilevel: the graph's first coarse level does not fit in what "
+                          f"--memory-budget {format_bytes(plan.budget)} leaves ({format_bytes(room)}): expected a "
+                          "larger budget or --fennel-start stream")
+    return parts.astype(np.int32)
 
 
 def stream_partition(csr: DiskCSR, config: PartitionConfig, plan: MemoryPlan, *,
@@ -97,6 +142,8 @@ def stream_partition(csr: DiskCSR, config: PartitionConfig, plan: MemoryPlan, *,
     del in_degree
     if k == 1:
         parts = np.zeros(n, dtype=np.int32)
+    elif config.method == "fennel" and config.fennel_start == "multilevel":
+        parts = _multilevel(csr, config, plan, weights, progress, on_pass)
     elif config.method == "fennel":
         parts = _fennel(csr, config, plan, weights, progress, on_pass)
     else:
