@@ -19,9 +19,13 @@ methods find them on a coarse graph where each vertex stands for a region::
     V-cycles: V_CYCLES times in all; a later cycle coarsens again with clusters kept inside one part, so its
               coarsest graph carries the assignment, which the refinement then improves level by level
 
-Measured on USA-road-NE (edges cut against pymetis's on the same symmetric graph, seeds 0 / 1): K = 4: 220 / 143
-against 185; K = 16: 1,005 / 975 against 812 — 0.8-1.2x METIS where streaming Fennel cuts about 9x. On the
-social graphs streaming Fennel's own start wins (Enron K = 4: multilevel 1.2-1.4x METIS).
+Level 0 is swept in id order, row block by row block (``multilevel_blocks``), so that a CSR on disk streams; the
+coarser levels, in memory, in a random order drawn from the seed.
+
+Measured on USA-road-NE (edges cut against pymetis's on the same symmetric graph, seeds 0 / 1): K = 4: 165 / 158
+against 185; K = 16: 865 / 996 against 812 — 0.85-1.23x METIS, where streaming Fennel cuts 9-47x. On the social
+graphs streaming Fennel's own start wins (Enron K = 4: multilevel 1.3x METIS, the stream 0.98x), so ``auto`` runs
+both.
 
 Memory: the levels' graphs, each a few times smaller than the one before (the first, N vertices and nnz entries
 with int64 weights, is the largest): about 3x the symmetric CSR in all. Time: O(nnz) per sweep and level.
