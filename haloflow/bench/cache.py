@@ -260,7 +260,8 @@ def train_mmap(rows: int, steps: int, batch: int, a: float, seed: int, progress:
 def dlrm_throughput(max_rows: int, steps: int, batch: int, rounds: int, seed: int) -> dict:
     """DLRM (Kaggle shape, tables capped at ``max_rows``) training samples/s with its tables wholly in memory
     stores, and with 1 % and 5 % of each table cached over host memory: the same batches, Adagrad fused into the
-    stores, contestants interleaved round by round. Weights are compared at the end (they must be equal)."""
+    stores, contestants interleaved round by round (x all in memory: the median of per-round ratios). Weights are
+    compared at the end (they must be equal)."""
     from haloflow.cache import CacheConfig, make_optimizer
     from haloflow.data.clicks import ClickLogConfig, ClickLogGenerator
     from haloflow.engine.dlrm.store_tables import StoreTables
@@ -301,6 +302,7 @@ def dlrm_throughput(max_rows: int, steps: int, batch: int, rounds: int, seed: in
     for name, (model, _) in runs.items():
         rows = model.embeddings.state_dict_rows()
         out[name] = {"samples_per_s": statistics.median(rates[name]),
+                     "x_all_in_memory": statistics.median(a / b for a, b in zip(rates[name], rates["all in memory"])),
                      "hit_rate": model.embeddings.cache_stats().hit_rate,
                      "identical_to_uncached": all(torch.equal(a["weight"], b["weight"]) for a, b in zip(ref, rows))}
     return out
@@ -376,14 +378,13 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
 
     d = dlrm_throughput(args.dlrm_max_rows, args.dlrm_steps, 128, 4, args.seed)
     report["dlrm"] = d
-    base = d["all in memory"]["samples_per_s"]
     print(format_table(["tables", "samples/s", "x all in memory", "hit rate", "weights = uncached"],
-                       [[name, d[name]["samples_per_s"], d[name]["samples_per_s"] / base, d[name]["hit_rate"],
+                       [[name, d[name]["samples_per_s"], d[name]["x_all_in_memory"], d[name]["hit_rate"],
                          d[name]["identical_to_uncached"]] for name in ("all in memory", "1% cached", "5% cached")],
                        float_fmt=[".0f", ".0f", ".2f", ".3f", ""],
                        title=f"\nDLRM training, Kaggle tables capped at {d['max_rows']:,} rows ({d['rows']:,} in all), "
                              f"batch {d['batch']}, Adagrad, {torch.get_num_threads()} threads (target: 5% cached "
-                             f">= 0.7x all in memory)"))
+                             f">= 0.8x all in memory)"))
 
     try:
         import matplotlib  # noqa: F401  (optional; not a dependency)

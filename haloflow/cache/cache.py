@@ -20,9 +20,10 @@ update lands on another row's slot (FACTS.md). Here, by construction:
    directory; no slot number is carried from ``gather`` to the update.
 2. The only thing that moves rows while the training thread runs is the prefetch job. ``prefetch`` plans in the
    training thread (the directory changes at once) with the slots of the outstanding batch (gathered, not yet
-   updated) pinned, and that batch's backing-store rows deferred (not loaded now; the next ``gather`` plans
-   them alone and loads them): so the job never evicts, overwrites or reads a row the outstanding batch will
-   update, and the slots and rows it writes are disjoint from the ones ``apply_gradients`` writes.
+   updated) pinned, and that batch's backing-store rows deferred (not loaded now; the prefetched batch reads
+   them from the backing store, after the update): so the job never evicts, overwrites or reads a row the
+   outstanding batch will update, and the slots and rows it writes are disjoint from the ones
+   ``apply_gradients`` writes.
 3. ``apply_gradients`` with an id outside the outstanding batch, ``gather`` of anything, ``flush``,
    ``state_dict`` and ``close`` first wait for the job.
 
@@ -139,8 +140,7 @@ class CachedStore:
         self.dirty = np.zeros(self.num_slots, dtype=bool)  # (S,) slot differs from its backing row
         self.directory = SlotDirectory(self.num_rows, self.num_slots, policy if policy is not None else LRUPolicy())
         self._mover = RowMover(self.device, overlap)
-        self._pending: tuple[BatchPlan, np.ndarray] | None = None  # plan of the prefetch in flight (or done, not
-        # yet gathered) and the ids it deferred
+        self._pending: BatchPlan | None = None  # plan of the prefetch in flight (or done, not yet gathered)
         self._outstanding: BatchPlan | None = None  # last gathered batch whose update has not come yet
         self._warm()
 
@@ -172,8 +172,8 @@ class CachedStore:
         pending, self._pending = self._pending, None
         self._mover.wait()
         self._mover.step()
-        if pending is not None and np.array_equal(pending[0].ids, u):
-            plan = self._complete(*pending)  # prefetched rows are hits now; deferred ones load here
+        if pending is not None and np.array_equal(pending.ids, u):
+            plan = self._complete(pending)  # prefetched rows are hits now
         else:
             plan = self.directory.plan(u)
         self._move(plan, self._claim(plan))
@@ -211,26 +211,18 @@ class CachedStore:
         deferred = out.overflow_ids if out is not None else np.empty(0, dtype=np.int64)
         plan = self.directory.plan(u, pinned=pinned, deferred=deferred, final=False)
         dirty = self._claim(plan)
-        self._pending = plan, deferred
+        self._pending = plan
         self._mover.submit(lambda: self._move(plan, dirty))
 
-    def _complete(self, prefetched: BatchPlan, deferred: np.ndarray) -> BatchPlan:
-        """The plan that serves a prefetched batch: only the rows the prefetch deferred are planned again (the
-        batch before has updated them by now), with the batch's cached rows pinned; the rest of the batch is
-        where the prefetch put it. (Planning the whole batch again cost an O(S) pass over the slots per batch
-        whenever a miss was left out, which made a prefetched step slower than a plain one.) Returns a plan
-        of the whole batch with the late loads and their victims."""
-        late = deferred[np.isin(deferred, prefetched.overflow_ids, assume_unique=True)]  # ascending
-        if late.size:
-            cached = prefetched.slots[prefetched.slots >= 0]
-            extra = self.directory.plan(late, pinned=cached, record=False, final=False)
-            plan = BatchPlan(prefetched.ids, self.directory.lookup(prefetched.ids), extra.load_ids,
-                             extra.load_slots, extra.evict_ids, extra.evict_slots)
-        else:
-            none = prefetched.ids[:0]
-            plan = BatchPlan(prefetched.ids, prefetched.slots, none, none, none, none)
-        self.stats.overflow += int(np.sum(plan.slots < 0))
-        return plan
+    def _complete(self, prefetched: BatchPlan) -> BatchPlan:
+        """The plan that serves a prefetched batch: the rows are where the prefetch put them, and nothing is
+        planned again. The rows it deferred (updated by the batch before in the backing store) are served from
+        the backing store like overflow; a later batch may admit them. (Planning the whole batch again, or only
+        its deferred rows, cost a pass over the S slots per batch whenever one was left out, twice a plain step's
+        planning: prefetch made a step slower.)"""
+        none = prefetched.ids[:0]
+        self.stats.overflow += int(np.count_nonzero(prefetched.slots < 0))
+        return BatchPlan(prefetched.ids, prefetched.slots, none, none, none, none)
 
     def upcoming(self, ids: Tensor) -> None:
         """Announce the ids of the next batch not yet announced, for a policy that looks ahead (``policy.window``

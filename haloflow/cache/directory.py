@@ -100,17 +100,18 @@ class SlotDirectory:
         """Empty every slot and forget the policy's history (counters are kept)."""
         self.slot_id = np.full(self.num_slots, -1, dtype=np.int64)  # (S,)
         self.id_slot = np.full(self.num_rows, -1, dtype=np.int64)  # (N,)
-        self._free = np.arange(self.num_slots, dtype=np.int64)  # free slots, taken from the front
+        self._next_free = 0  # slots _next_free.. are free: taken in order, never given back (a victim's slot goes
+        # straight to a load)
         self.clock = 0
         self.policy.reset(self.num_rows)
         self._slot_score: np.ndarray | None = None  # (S,) each slot's row's score, for the compiled plan
-        self._blocked = np.zeros(self.num_slots, dtype=bool)  # (S,) the compiled plan's scratch: unevictable
 
     def warm(self) -> tuple[np.ndarray, np.ndarray]:
         """Fill free slots with the policy's warm-start rows; returns (ids, slots) to read from the backing store."""
         ids = np.asarray(self.policy.warm_start(self.num_slots), dtype=np.int64)
-        ids = ids[self.id_slot[ids] < 0][: self._free.size]
-        slots, self._free = self._free[: ids.size], self._free[ids.size:]
+        ids = ids[self.id_slot[ids] < 0][: self.num_slots - self._next_free]
+        slots = np.arange(self._next_free, self._next_free + ids.size, dtype=np.int64)
+        self._next_free += ids.size
         self.slot_id[slots], self.id_slot[ids] = ids, slots
         self._slot_score = None  # rebuilt at the next compiled plan
         return ids, slots
@@ -118,10 +119,10 @@ class SlotDirectory:
     @property
     def nbytes(self) -> int:
         """Host bytes of the maps and the policy: 8 (N + 2 S) + the policy's (8 N for every policy here), i.e.
-        16 bytes per row and per slot, plus, for a policy planned by the compiled pass, 9 per slot (each slot's
-        row's score and a scratch flag); a ``cached`` plan counts them in the table's host memory."""
-        extra = 9 * self.num_slots if self.policy.score_table() is not None else 0
-        return self.id_slot.nbytes + self.slot_id.nbytes + 8 * self.num_slots + self.policy.nbytes + extra
+        16 bytes per row and per slot (row -> slot and the policy's score; slot -> row and the score of the
+        slot's row, kept for the compiled plan; the free slots are a counter); a ``cached`` plan counts them in
+        the table's host memory."""
+        return self.id_slot.nbytes + self.slot_id.nbytes + 8 * self.num_slots + self.policy.nbytes
 
     def lookup(self, ids: np.ndarray) -> np.ndarray:
         """Slots of ``ids`` (-1 where not cached)."""
@@ -155,9 +156,10 @@ class SlotDirectory:
         if deferred.size:
             miss = miss[~np.isin(miss, deferred, assume_unique=True)]
         cand = miss[_order(self.policy.scores(miss), miss, miss.size, lowest=False)]  # hottest first
-        n_free = min(self._free.size, cand.size)
-        load_ids, load_slots = cand[:n_free], self._free[:n_free]
-        self._free = self._free[n_free:]
+        n_free = min(self.num_slots - self._next_free, cand.size)
+        load_ids = cand[:n_free]
+        load_slots = np.arange(self._next_free, self._next_free + n_free, dtype=np.int64)
+        self._next_free += n_free
         evict_ids = evict_slots = _EMPTY
         rest = cand[n_free:]
         if rest.size:
@@ -192,10 +194,9 @@ class SlotDirectory:
         if self._slot_score is None:  # first compiled plan since a reset or warm start: each slot's row's score
             self._slot_score = np.where(self.slot_id >= 0, table[np.maximum(self.slot_id, 0)], 0)
         slots, load_ids, load_slots, evict_ids, evict_slots, taken, nh, n_over = plan_batch(
-            ids, self.id_slot, self.slot_id, self._slot_score, self._blocked, self._free, table, pinned, deferred,
+            ids, self.id_slot, self.slot_id, self._slot_score, self._next_free, table, pinned, deferred,
             self.policy.admit_all)
-        if taken:
-            self._free = self._free[taken:]
+        self._next_free += taken
         st = self.stats
         if record:
             st.lookups += ids.size

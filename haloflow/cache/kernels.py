@@ -94,12 +94,12 @@ def _coldest(slot_id, slot_score, blocked, k):
 
 
 @njit(cache=True)
-def plan_batch(ids, id_slot, slot_id, slot_score, blocked, free, scores, pinned, deferred, admit_all):
+def plan_batch(ids, id_slot, slot_id, slot_score, next_free, scores, pinned, deferred, admit_all):
     """Plan one batch in place on ``id_slot`` (N,), ``slot_id`` (S,) and ``slot_score`` (S,) (the score of each
     slot's row, kept up to date here: the batch's rows are the only ones whose scores ``record`` changed);
-    ``blocked`` (S,) all False, left so; ``free`` (f,) free slots, taken from the front. Returns (slots (u,),
-    load_ids, load_slots, evict_ids, evict_slots, slots taken from ``free``, hits before the plan, ids left in
-    the backing store)."""
+    slots ``next_free``.. are free, taken in order. Returns (slots (u,),
+    load_ids, load_slots, evict_ids, evict_slots, free slots taken, hits before the plan, ids left in the
+    backing store)."""
     u = ids.size
     miss = np.empty(u, dtype=np.int64)
     m = 0
@@ -122,11 +122,12 @@ def plan_batch(ids, id_slot, slot_id, slot_score, blocked, free, scores, pinned,
     for j in range(m):
         key[j] = -scores[miss[j]]
     cand = miss[np.argsort(key, kind="mergesort")]  # hottest first; stable: the smaller id first among equals
-    n_free = min(free.size, m)
+    n_free = min(slot_id.size - next_free, m)
     rest = cand[n_free:]
     evict_ids = np.empty(0, dtype=np.int64)
     evict_slots = np.empty(0, dtype=np.int64)
     if rest.size:
+        blocked = np.zeros(slot_id.size, dtype=np.bool_)  # (S,) unevictable: pinned, or a hit
         for s in pinned:
             blocked[s] = True
         for j in range(u):
@@ -134,12 +135,6 @@ def plan_batch(ids, id_slot, slot_id, slot_score, blocked, free, scores, pinned,
             if s >= 0:
                 blocked[s] = True  # a hit stays
         evict_ids, evict_slots = _coldest(slot_id, slot_score, blocked, rest.size)
-        for s in pinned:
-            blocked[s] = False
-        for j in range(u):
-            s = id_slot[ids[j]]
-            if s >= 0:
-                blocked[s] = False
         k = evict_ids.size
         if not admit_all:  # pair the hottest miss with the coldest victim, and so on
             n = 0
@@ -153,7 +148,8 @@ def plan_batch(ids, id_slot, slot_id, slot_score, blocked, free, scores, pinned,
     load_ids = np.empty(n_free + k, dtype=np.int64)
     load_slots = np.empty(n_free + k, dtype=np.int64)
     load_ids[:n_free] = cand[:n_free]
-    load_slots[:n_free] = free[:n_free]
+    for j in range(n_free):
+        load_slots[j] = next_free + j
     load_ids[n_free:] = rest[:k]
     load_slots[n_free:] = evict_slots
     for j in range(n_free + k):

@@ -51,7 +51,7 @@ class OverlapChooser:
         clock: seconds, monotonic (``time.perf_counter``).
     """
 
-    def __init__(self, *, probe: int = 8, hold: int = 64, clock: Callable[[], float] = time.perf_counter):
+    def __init__(self, *, probe: int = 8, hold: int = 128, clock: Callable[[], float] = time.perf_counter):
         self.probe, self.hold, self._clock = probe, hold, clock
         self.background = False  # the way the next job runs: inline first
         self._best = False  # the faster way so far

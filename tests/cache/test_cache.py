@@ -103,7 +103,7 @@ def test_prefetch_never_evicts_or_stales_the_current_batch():
 
 def test_prefetch_defers_rows_the_current_batch_updates_in_the_backing_store():
     # 1 slot: batch i = {0, 1} leaves row 1 in the backing store (overflow); batch i+1 = {1, 2}. Loading row 1
-    # during the prefetch would read it before batch i's update: it is deferred to gather(i+1) instead.
+    # during the prefetch would read it before batch i's update: batch i+1 reads it from the backing store.
     store = CachedStore(BackingStore.in_memory(3, 1, SGD(lr=1.0), weight=torch.zeros(3, 1)), num_slots=1)
     store.gather(torch.tensor([0, 1]))
     store.prefetch(torch.tensor([1, 2]))
@@ -112,7 +112,7 @@ def test_prefetch_defers_rows_the_current_batch_updates_in_the_backing_store():
     assert store.gather(torch.tensor([1, 2])).tolist() == [[-1.0], [0.0]]
 
 
-def test_a_prefetched_batch_is_not_planned_again_except_its_deferred_rows():
+def test_a_prefetched_batch_is_not_planned_again():
     # 2 slots hold batch i = {0, 1}, pinned while the prefetch of {2} is planned: 2 is left out (no victim), not
     # deferred (batch i does not update it). gather then serves 2 from the backing store instead of planning the
     # whole batch again (an O(S) pass over the slots per batch made prefetch slower than none).

@@ -89,11 +89,10 @@ def test_which_store_each_shard_gets():
     assert isinstance(coll.replica_bags[0].store, MemoryStore)
     assert list(coll.parameters()) == []  # no torch optimizer sees the tables
     # Adagrad keeps one float of state per weight: device = 2 cached rows x 2 + (7 + 13) rows x 2; host = t0 x 2
-    # and the cache's int64 maps (row -> slot, LRU's last use, slot -> row, free list), and per slot its row's
-    # LRU score and a flag (the compiled plan's)
+    # and the cache's int64 maps (row -> slot, LRU's last use, slot -> row, free list)
     row = 4 * 4
     assert coll.storage().device == row * 2 * (2 + 7 + 13)
-    assert coll.storage().host == row * 2 * 11 + 8 * (11 + 11 + 2 + 2) + 9 * 2
+    assert coll.storage().host == row * 2 * 11 + 8 * (11 + 11 + 2 + 2)
     with_ratio = ShardedEmbeddingCollection.from_plan(plan, (11, 7, 13), 4, seed=0, group=None,
                                                       stores=_stores("sgd", CacheConfig(ratio=0.5)))
     assert [bag.store.num_slots for bag in with_ratio.shard_bags] == [2, 4]  # the plan's 2; ceil(0.5 x 7)
