@@ -106,8 +106,9 @@ class CachedStore:
         device: where the slots live and rows are returned.
         max_bytes: budget of device memory for the slots; S x (row + state bytes) above it is an error.
         name: the table's name in errors (default: the backing store's).
-        overlap: prefetch copies in the background (True), inline (False), or as ``RowMover`` decides (None: the
-            background on CUDA; on a CPU whichever gives the shorter step, timed as training goes).
+        overlap: prefetch in the background (True), never (False: ``prefetch`` does nothing), or as ``RowMover``
+            decides (None: in the background on CUDA; on a CPU whichever of the two gives the shorter step, timed
+            as training goes).
 
     Attributes:
         stats: `CacheStats` counters (hits, misses, admitted, overflow, evicted, written back, bytes).
@@ -201,9 +202,18 @@ class CachedStore:
     def prefetch(self, ids: Tensor) -> None:
         """Start bringing the rows of the next batch ``ids`` into slots while the current batch computes.
 
-        The next ``gather`` of the same ids waits for it; a different batch just finds those rows cached.
+        The next ``gather`` of the same ids waits for it; a different batch just finds those rows cached. Skipped
+        when copying in the background does not shorten a step (``RowMover.background``; on a CPU it is timed).
         """
-        u = self._host_ids(torch.unique(ids))
+        if not self._mover.background():
+            self._pending = None  # the next gather plans and moves its batch itself, as without prefetch
+            self._mover.wait()
+            return
+        u = self._host_ids(ids)
+        if u.size > 1 and not (u[1:] > u[:-1]).all():  # a bag hands over its distinct ids, ascending, already
+            u = self._host_ids(torch.unique(ids))
+        else:
+            u = u.copy()  # the plan keeps u: not a view of the caller's tensor
         self._pending = None
         self._mover.wait()
         out = self._outstanding

@@ -40,9 +40,14 @@ class CachedEmbeddingBag(nn.Module):
         super().__init__()
         self.store, self.include_last_offset = store, include_last_offset
         self._pending: list[tuple[Tensor, Tensor]] = []  # (uniq, rows) of forwards not yet stepped
+        self._prefetched: tuple[Tensor, Tensor, Tensor] | None = None  # (ids, uniq, inverse) of the last prefetch
 
     def forward(self, ids: Tensor, offsets: Tensor) -> Tensor:
-        uniq, inverse = torch.unique(ids, return_inverse=True)  # (u,), (nnz,)
+        prefetched, self._prefetched = self._prefetched, None
+        if prefetched is not None and prefetched[0] is ids:  # the batch prefetched: its unique is done already
+            uniq, inverse = prefetched[1:]
+        else:
+            uniq, inverse = torch.unique(ids, return_inverse=True)  # (u,), (nnz,)
         train = self.training and torch.is_grad_enabled()  # an evaluation under no_grad leaves nothing pending
         rows = self.store.gather(uniq).detach().requires_grad_(train)  # (u, D) leaf
         if train:
@@ -55,7 +60,9 @@ class CachedEmbeddingBag(nn.Module):
         """Start loading the next batch's rows (when the store can; a no-op for a `MemoryStore`)."""
         fetch = getattr(self.store, "prefetch", None)
         if fetch is not None:
-            fetch(ids)
+            uniq, inverse = torch.unique(ids, return_inverse=True)  # kept for the forward of the same tensor
+            self._prefetched = ids, uniq, inverse
+            fetch(uniq)
 
     def upcoming(self, ids: Tensor) -> None:
         """Announce a batch to come to a store whose policy looks ahead (``CachedStore.upcoming``); else a no-op."""

@@ -21,10 +21,11 @@ the cache benchmark took 8.8 s; with 1 thread 1.0 s).
 On a CPU the thread only pays when a core is free for it: beside busy co-tenants on 2 cores, a prefetched step
 of the cache benchmark took 6.0 ms against 5.3 ms without prefetch (the job's copies and page faults compete
 with the step for the core and the memory bus, and each hand-over costs a GIL switch). So on a CPU an
-``OverlapChooser`` times whole steps (gather to gather) and runs the jobs in whichever way gave the shorter
-step: in the thread, or inline in ``submit`` (then a prefetch costs what the same copies cost in ``gather``)::
+``OverlapChooser`` times whole steps (gather to gather) and picks whichever way gave the shorter step: the
+prefetch in the thread, or no prefetch at all (``background()`` False: the cache skips it, and the step is a
+plain one; planning a prefetch and copying inline cost 5 % more than that, measured)::
 
-    steps   | probe inline P | probe thread P | hold the faster H | probe the other P | hold the faster H | ...
+    steps   | probe none P | probe thread P | hold the faster H | probe the other P | hold the faster H | ...
     decided on the medians of the latest P steps of each way; the probes cost P / (P + H) of the steps
 """
 
@@ -53,7 +54,7 @@ class OverlapChooser:
 
     def __init__(self, *, probe: int = 8, hold: int = 128, clock: Callable[[], float] = time.perf_counter):
         self.probe, self.hold, self._clock = probe, hold, clock
-        self.background = False  # the way the next job runs: inline first
+        self.background = False  # the way of the next step: without a job first
         self._best = False  # the faster way so far
         self._times: dict[bool, deque[float]] = {False: deque(maxlen=probe), True: deque(maxlen=probe)}
         self._used: bool | None = None  # the way a job ran since the last step began (None: no job)
@@ -62,7 +63,8 @@ class OverlapChooser:
         self._probing = True
 
     def job(self) -> bool:
-        """A job is about to run; returns True to run it in the background."""
+        """A job may run in this step; returns True to run it in the background, False for no job (the step is
+        timed as that way either way)."""
         self._used = self.background
         return self.background
 
@@ -94,8 +96,9 @@ class RowMover:
 
     Args:
         device: the cache's device.
-        overlap: True runs every job in the background, False every job inline in ``submit``; None (default):
-            the background on CUDA (a side stream), on a CPU as a fresh `OverlapChooser` decides.
+        overlap: True runs every job in the background, False every job inline in ``submit`` (and
+            ``background()`` says False); None (default): the background on CUDA (a side stream), on a CPU as a
+            fresh `OverlapChooser` decides.
     """
 
     def __init__(self, device: torch.device, overlap: bool | None = None):
@@ -106,6 +109,13 @@ class RowMover:
         self._overlap = True if overlap is None and self._stream is not None else overlap
         self.chooser = OverlapChooser() if self._overlap is None else None
         self._jobs = False  # a job was submitted (a cache that never prefetches times nothing)
+
+    def background(self) -> bool:
+        """Whether a job offered now should run in the background: always on CUDA or with ``overlap=True``, never
+        with ``overlap=False``, else as the chooser says (False: skip the job, if it is optional as a prefetch
+        is; ``submit`` would run it inline)."""
+        self._jobs = True
+        return self._overlap if self.chooser is None else self.chooser.job()
 
     def step(self) -> None:
         """A training step begins (timed by the chooser, when there is one and a job has come)."""
@@ -120,8 +130,7 @@ class RowMover:
         """Run ``job`` in the background (or, when the chooser says so, now); the previous job must have been
         waited for."""
         assert self._future is None, "RowMover.submit while a job is in flight"
-        self._jobs = True
-        if not (self._overlap if self.chooser is None else self.chooser.job()):
+        if not (self._overlap if self.chooser is None else self.chooser.background):
             self._future = Future()  # done now; wait() re-raises its error as for a background job
             try:
                 job()

@@ -56,7 +56,7 @@ def reference(opt_name):
 
 @pytest.mark.parametrize("opt_name", list(OPTIMIZERS))
 @pytest.mark.parametrize("policy, admit_all", POLICY_CASES)
-@pytest.mark.parametrize("prefetch, overlap", [(False, None), (True, False), (True, True)])
+@pytest.mark.parametrize("prefetch, overlap", [(False, None), (True, None), (True, True)])
 def test_identical_to_the_uncached_table_at_every_size(opt_name, policy, admit_all, prefetch, overlap):
     batches = _batches()
     hist = np.bincount(torch.cat([b[0] for b in batches]).numpy(), minlength=N)
@@ -104,7 +104,8 @@ def test_prefetch_never_evicts_or_stales_the_current_batch():
 def test_prefetch_defers_rows_the_current_batch_updates_in_the_backing_store():
     # 1 slot: batch i = {0, 1} leaves row 1 in the backing store (overflow); batch i+1 = {1, 2}. Loading row 1
     # during the prefetch would read it before batch i's update: batch i+1 reads it from the backing store.
-    store = CachedStore(BackingStore.in_memory(3, 1, SGD(lr=1.0), weight=torch.zeros(3, 1)), num_slots=1)
+    store = CachedStore(BackingStore.in_memory(3, 1, SGD(lr=1.0), weight=torch.zeros(3, 1)), num_slots=1,
+                        overlap=True)
     store.gather(torch.tensor([0, 1]))
     store.prefetch(torch.tensor([1, 2]))
     assert store.directory.lookup(np.array([1])).tolist() == [-1]
@@ -112,11 +113,23 @@ def test_prefetch_defers_rows_the_current_batch_updates_in_the_backing_store():
     assert store.gather(torch.tensor([1, 2])).tolist() == [[-1.0], [0.0]]
 
 
+def test_prefetch_is_skipped_where_it_cannot_overlap():
+    # overlap=False: prefetch does nothing, and the next gather plans its batch as without one.
+    store = CachedStore(BackingStore.in_memory(4, 1, SGD(lr=1.0), weight=torch.zeros(4, 1)), num_slots=2,
+                        overlap=False)
+    store.gather(torch.tensor([0]))
+    store.prefetch(torch.tensor([1, 2]))
+    assert store.directory.lookup(np.array([1, 2])).tolist() == [-1, -1] and store.stats.lookups == 1
+    store.apply_gradients(torch.tensor([0]), torch.ones(1, 1))
+    assert store.gather(torch.tensor([1, 2])).tolist() == [[0.0], [0.0]] and store.stats.lookups == 3
+
+
 def test_a_prefetched_batch_is_not_planned_again():
     # 2 slots hold batch i = {0, 1}, pinned while the prefetch of {2} is planned: 2 is left out (no victim), not
     # deferred (batch i does not update it). gather then serves 2 from the backing store instead of planning the
     # whole batch again (an O(S) pass over the slots per batch made prefetch slower than none).
-    store = CachedStore(BackingStore.in_memory(4, 1, SGD(lr=1.0), weight=torch.zeros(4, 1)), num_slots=2)
+    store = CachedStore(BackingStore.in_memory(4, 1, SGD(lr=1.0), weight=torch.zeros(4, 1)), num_slots=2,
+                        overlap=True)
     store.gather(torch.tensor([0, 1]))
     store.prefetch(torch.tensor([2]))
     store.apply_gradients(torch.tensor([0, 1]), torch.ones(2, 1))
