@@ -54,9 +54,10 @@ def register(subparsers) -> None:
     )
     p.add_argument(
         "--fennel-start", choices=FENNEL_STARTS, default="auto",
-        help="fennel only: auto (default) runs the streaming start and the multilevel one and keeps the smaller "
-        "cut; stream is plain Fennel (the fastest, and the only one with --memory-budget); multilevel (coarsen, "
-        "start, refine level by level) suits road networks and meshes; bisect is a recursive BFS bisection",
+        help="fennel only: auto (default) runs the streaming, bisection and multilevel starts and keeps the smallest "
+        "cut (with --memory-budget: the stream); stream is plain Fennel (the fastest); multilevel (coarsen, start, "
+        "refine level by level; also with --memory-budget) suits road networks and meshes; bisect is a recursive "
+        "BFS bisection",
     )
     p.add_argument(
         "--fennel-order", choices=FENNEL_ORDER_CHOICES, default="auto",

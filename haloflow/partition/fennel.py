@@ -141,7 +141,7 @@ def fennel_partition(
             sweeps over the rows, O(N) memory); ``"natural"`` streams ids 0..N-1, reading the CSR sequentially.
         start: ``"stream"`` (plain Fennel first pass), ``"bisect"`` (recursive BFS bisection, then ``passes - 1``
             restreaming passes), ``"multilevel"`` (``multilevel.py``: coarsened by label propagation, started on the
-            coarsest graph, refined level by level, the weights' combination balanced; ``passes`` does not apply) or ``"auto"`` (stream and multilevel; the smaller edge cut wins, stream on a tie).
+            coarsest graph, refined level by level, the weights' combination balanced; ``passes`` does not apply) or ``"auto"`` (all three; the smallest edge cut wins, the earlier on a tie).
         weights, caps: int64 (N, W) and (W,): balance every column at once, each part at most ``caps`` on each
             (the module docstring's weighted score); None balances the vertex count alone, capped as above.
         symmetric: the symmetric adjacency without self-loops (``metis.symmetric_adjacency``) that the multilevel
@@ -167,7 +167,7 @@ def fennel_partition(
         ids = _bfs(indptr, indices, ids[-1], ids, None, None, 0, None)
     else:
         ids = None
-    starts = ("stream", "multilevel") if start == "auto" else (start,)
+    starts = ("stream", "bisect", "multilevel") if start == "auto" else (start,)
     chunks = range(0, n, chunk_size)
     best, best_key = None, None
     with progress_bar(total=len(starts) * passes * len(chunks), desc="fennel", unit="chunk",

@@ -96,7 +96,7 @@ def test_bisect_start_cuts_a_mesh_into_compact_pieces(k):
     if k >= 4:  # at K = 2 stream's single boundary is as short (measured 170 against 232 entries)
         assert cuts["bisect"] < cuts["stream"], cuts
     assert cuts["multilevel"] < cuts["bisect"], cuts
-    assert cuts["auto"] == min(cuts["stream"], cuts["multilevel"]), cuts
+    assert cuts["auto"] == min(cuts["stream"], cuts["bisect"], cuts["multilevel"]), cuts
 
 
 def test_bisect_with_more_parts_than_vertices_leaves_parts_empty():
