@@ -10,7 +10,7 @@ methods find them on a coarse graph where each vertex stands for a region::
               cluster heavier than U = ceil(W / C*) (W the total vertex weight, C* = max(COARSE_PER_PART * K,
               COARSE_MIN) the coarsest size aimed at); clusters become vertices (weights summed), parallel edges
               one edge (weights summed); repeat until <= C* vertices or a level shrinks by less than MIN_SHRINK
-    start:    recursive BFS bisection of the coarsest graph by vertex weight (``fennel._bisect``), START_TRIES
+    start:    recursive BFS bisection of the coarsest graph by vertex weight (``bisect._bisect``), START_TRIES
               times with the vertices renumbered at random, each refined; the smallest cut wins
     refine:   on every level, coarsest first, the assignment projected from the level above, then sweeps that move
               a vertex to the part it has the most edge weight to when that lowers the cut (or keeps it and evens
@@ -40,6 +40,7 @@ import numba
 import numpy as np
 
 from haloflow.errors import ConfigError
+from haloflow.partition.bisect import _bisect
 
 __all__ = ["multilevel_partition", "multilevel_blocks", "COARSE_PER_PART", "COARSE_MIN", "MIN_SHRINK", "CLUSTER_SWEEPS"]
 
@@ -218,8 +219,6 @@ def _coarsen(graph, max_cluster: int, target: int, rng: np.random.Generator, par
 def _start(ip, ix, ew, w, k: int, cap: int, sweeps: int, rng: np.random.Generator) -> np.ndarray:
     """The coarsest graph's assignment: the best of START_TRIES refined BFS bisections, each of the graph with
     its vertices renumbered at random (the bisection starts its BFS from vertex 0)."""
-    from haloflow.partition.fennel import _bisect
-
     best, best_cut = None, None
     n = ip.shape[0] - 1
     rows = np.repeat(np.arange(n), np.diff(ip))  # (nnz,) row of every entry; the coarsest graph is small

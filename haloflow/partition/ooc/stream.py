@@ -99,8 +99,8 @@ def _multilevel(csr: DiskCSR, config: PartitionConfig, plan: MemoryPlan, weights
     if room < MIN_WORK:
         raise ConfigError(f"--fennel-start multilevel needs {MULTILEVEL_BYTES_PER_NODE} bytes per node "
                           f"({format_bytes(n * MULTILEVEL_BYTES_PER_NODE)} for {n:,} nodes) beside the rest, and "
-                          f"--memory-budget {format_bytes(plan.budget)} leaves {format_bytes(max(room, 0))}: expected a "
-                          "larger budget or --fennel-start stream")
+                          f"--memory-budget {format_bytes(plan.budget)} leaves {format_bytes(max(room, 0))}: expected "
+                          "a larger budget or --fennel-start stream")
     balance = fennel_weights(weights, config)
     with progress_bar(desc="multilevel", unit="sweep", enabled=progress) as bar:
         def tick(name: str) -> None:
