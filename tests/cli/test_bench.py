@@ -96,7 +96,7 @@ def test_bench_cache_measures_each_readers_rss_in_a_fresh_process(tmp_path, caps
     out = tmp_path / "cache.json"
     assert main(["bench", "cache", "--scale", "100000", "--batches", "5", "--trace-batch-size", "16",
                  "--rows", "20000", "--steps", "10", "--batch-size", "4096", "--dlrm-max-rows", "50",
-                 "--dlrm-steps", "4", "--no-progress", "--out", str(out)]) == 0
+                 "--dlrm-steps", "4", "--mmap-rounds", "1", "--no-progress", "--out", str(out)]) == 0
     m = json.loads(out.read_text())["mmap_training"]
     assert m["identical_tables"]
     growth = {k: m[f"{k}_rss_growth_bytes"] for k in ("memmap", "cached", "cached_no_prefetch")}
