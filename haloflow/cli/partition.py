@@ -54,8 +54,8 @@ def register(subparsers) -> None:
     )
     p.add_argument(
         "--fennel-start", choices=FENNEL_STARTS, default="auto",
-        help="fennel only: auto (default) runs the streaming, bisection and multilevel starts and keeps the smallest "
-        "cut (with --memory-budget: the stream); stream is plain Fennel (the fastest); multilevel (coarsen, start, "
+        help="fennel only: auto (default) runs the streaming and bisection starts (and the multilevel one on a "
+        "mesh-like graph: largest degree <= 16x the mean) and keeps the smallest cut (with --memory-budget: the stream); stream is plain Fennel (the fastest); multilevel (coarsen, start, "
         "refine level by level; also with --memory-budget) suits road networks and meshes; bisect is a recursive "
         "BFS bisection",
     )

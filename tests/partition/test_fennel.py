@@ -219,3 +219,19 @@ def test_weights_must_match_the_nodes_and_caps():
         FennelStream(3, 3, 2, weights=np.ones((2, 2), np.int64), caps=np.ones(2, np.int64))
     with pytest.raises(ConfigError, match=r"got \(3, 2\) and None"):
         FennelStream(3, 3, 2, weights=np.ones((3, 2), np.int64))
+
+
+def test_auto_runs_the_multilevel_start_on_mesh_like_graphs_only():
+    from haloflow.partition.fennel import mesh_like
+
+    mesh = grid(40, 40)
+    assert mesh_like(mesh.indptr)
+    rng = np.random.default_rng(3)  # a hub joined to a fifth of the vertices: a skewed graph
+    n = 2000
+    src = np.concatenate([rng.integers(0, n, 6000), np.zeros(400, np.int64)])
+    dst = np.concatenate([rng.integers(0, n, 6000), rng.choice(np.arange(1, n), 400, replace=False)])
+    skewed = CSRGraph.from_edges(src, dst, n, symmetrize=True, drop_self_loops=True)
+    assert not mesh_like(skewed.indptr)
+    auto = fennel_partition(skewed.indptr, skewed.indices, 4)
+    two = [fennel_partition(skewed.indptr, skewed.indices, 4, start=s) for s in ("stream", "bisect")]
+    assert np.array_equal(auto, min(two, key=lambda p: cut(skewed, p)))
