@@ -55,9 +55,10 @@ def register(subparsers) -> None:
     p.add_argument(
         "--fennel-start", choices=FENNEL_STARTS, default="auto",
         help="fennel only: auto (default) runs the streaming and bisection starts (and the multilevel one on a "
-        "mesh-like graph: largest degree <= 16x the mean) and keeps the smallest cut (with --memory-budget: the stream); stream is plain Fennel (the fastest); multilevel (coarsen, start, "
-        "refine level by level; also with --memory-budget) suits road networks and meshes; bisect is a recursive "
-        "BFS bisection",
+        "mesh-like graph: mean degree <= 6, largest <= 16x the mean) and keeps the smallest cut (with "
+        "--memory-budget: the stream); stream is plain Fennel (the fastest); multilevel (coarsen, start, refine "
+        "level by level; also with --memory-budget) suits road networks and meshes; bisect is a recursive BFS "
+        "bisection",
     )
     p.add_argument(
         "--fennel-order", choices=FENNEL_ORDER_CHOICES, default="auto",

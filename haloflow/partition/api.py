@@ -57,7 +57,7 @@ class PartitionConfig:
         seed: makes every method deterministic (the same seed gives the same parts); 0 is METIS's own default.
         chunk_size: fennel only, vertices per streamed chunk (bounds the rows read at once).
         fennel_start: fennel only, ``"auto"`` (default: the stream and bisect starts, and multilevel on mesh-like
-            graphs (largest degree <= 16x the mean), the smallest cut wins; out of core the stream),
+            graphs (mean degree <= 6, largest <= 16x the mean), the smallest cut wins; out of core the stream),
             ``"stream"`` (plain Fennel, the fastest),
             ``"multilevel"`` (coarsened by label propagation and refined level by level: road networks and meshes,
             where it cuts 0.8-1.2x METIS's edges) or ``"bisect"`` (recursive BFS bisection, then restreaming); see

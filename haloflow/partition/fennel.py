@@ -213,17 +213,21 @@ def fennel_partition(
     return best
 
 
-MESH_DEGREE_RATIO = 16  # a graph whose largest degree is at most this x its mean degree is mesh-like
+MESH_MEAN_DEGREE = 6  # a mesh-like graph: mean degree at most this (a 3D grid's), ...
+MESH_DEGREE_RATIO = 16  # ... and largest degree at most this x the mean
 
 
 def mesh_like(indptr: np.ndarray) -> bool:
-    """Whether ``auto`` runs the multilevel start: the largest degree at most MESH_DEGREE_RATIO x the mean (road
-    networks: 9 against 2.5; an 80 x 80 grid: 4 against 3.95). On skewed graphs (Enron 1,383 against 10, Slashdot,
-    R-MAT) the stream won every measurement and multilevel took 20-40x its time (R-MAT 2^20 K = 16: 23 s against
-    0.7 s, cut 0.78 against 0.38)."""
+    """Whether ``auto`` runs the multilevel start: mean degree <= MESH_MEAN_DEGREE and the largest degree <=
+    MESH_DEGREE_RATIO x the mean (road networks: 2.5 and 9; an 80 x 80 grid: 3.95 and 4). On skewed graphs (Enron:
+    10 and 1,383; Slashdot; R-MAT) the stream won every measurement and multilevel took 20-40x its time (R-MAT 2^20
+    K = 16: 23 s against 0.7 s, cut 0.78 against 0.38); denser random graphs keep the two cheaper starts."""
     n = indptr.shape[0] - 1
+    if n == 0:
+        return False
     degrees = np.diff(np.asarray(indptr))  # (N,) read once, also from a memory map
-    return n > 0 and int(degrees.max()) <= MESH_DEGREE_RATIO * max(float(degrees.mean()), 1.0)
+    mean = float(degrees.mean())
+    return mean <= MESH_MEAN_DEGREE and int(degrees.max()) <= MESH_DEGREE_RATIO * max(mean, 1.0)
 
 
 def _multilevel_weight(weights: np.ndarray | None) -> np.ndarray | None:
