@@ -358,13 +358,8 @@ def _penalties(sizes, alpha, gamma):
 
 
 @numba.njit(cache=True, inline="always")
-def _place_vertex(v, nbrs, parts, sizes, penalty, cap, alpha, gamma, seed, restream, conn, touched):
-    """The per-vertex step: score the K parts for v given its neighbours ``nbrs`` and put v in the best one."""
-    k = sizes.shape[0]
-    if restream:
-        old = parts[v]
-        sizes[old] -= 1
-        penalty[old] = alpha * gamma * sizes[old] ** (gamma - 1.0)
+def _count_neighbours(v, nbrs, parts, conn, touched):
+    """conn[q] += v's placed neighbours in part q; the parts met go to touched[:nt]; returns nt."""
     nt = 0
     for e in range(nbrs.shape[0]):
         u = nbrs[e]
@@ -375,6 +370,18 @@ def _place_vertex(v, nbrs, parts, sizes, penalty, cap, alpha, gamma, seed, restr
             touched[nt] = q
             nt += 1
         conn[q] += 1
+    return nt
+
+
+@numba.njit(cache=True, inline="always")
+def _place_vertex(v, nbrs, parts, sizes, penalty, cap, alpha, gamma, seed, restream, conn, touched):
+    """The per-vertex step: score the K parts for v given its neighbours ``nbrs`` and put v in the best one."""
+    k = sizes.shape[0]
+    if restream:
+        old = parts[v]
+        sizes[old] -= 1
+        penalty[old] = alpha * gamma * sizes[old] ** (gamma - 1.0)
+    nt = _count_neighbours(v, nbrs, parts, conn, touched)
     # scan every part: the emptiest part can win even without neighbours; the scan starts at a seeded
     # offset so that ties go to different parts for different seeds
     best, best_score = -1, -np.inf
@@ -445,16 +452,7 @@ def _place_vertex_weighted(v, nbrs, parts, sizes, loads, wv, penalty, scale, cap
         for j in range(w):
             loads[old, j] -= wv[j]
         _refresh(penalty, loads, old, scale, alpha, gamma)
-    nt = 0
-    for e in range(nbrs.shape[0]):
-        u = nbrs[e]
-        q = parts[u]
-        if q < 0 or u == v:
-            continue
-        if conn[q] == 0:
-            touched[nt] = q
-            nt += 1
-        conn[q] += 1
+    nt = _count_neighbours(v, nbrs, parts, conn, touched)
     # the parts where v fits on every weight it carries, best score first; ties go to the first in a scan that
     # starts at a seeded offset
     best, best_score = -1, -np.inf
