@@ -123,19 +123,24 @@ def _config(args: argparse.Namespace) -> PartitionConfig:
 
 @contextmanager
 def _terminate_as_interrupt():
-    """SIGTERM (a scheduler's or ``kill``'s stop) unwinds like Ctrl-C, so the temporary files are removed."""
+    """SIGTERM (a scheduler's or ``kill``'s stop) unwinds like Ctrl-C, so the temporary files are removed.
+
+    SIGINT is set too: a shell starts ``cmd &`` with SIGINT ignored, and Python then never installs its Ctrl-C
+    handler, so ``kill -INT`` of a background partition would be dropped and the run would carry on to the end.
+    """
     def stop(signum, frame):
         raise KeyboardInterrupt
 
     try:
-        previous = signal.signal(signal.SIGTERM, stop)
+        previous = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)}
     except ValueError:  # not the main thread: leave signals alone
         yield
         return
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for s, handler in previous.items():
+            signal.signal(s, signal.SIG_DFL if handler is None else handler)  # None: set outside Python
 
 
 def _run_out_of_core(args: argparse.Namespace) -> int:

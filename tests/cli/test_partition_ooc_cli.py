@@ -94,7 +94,9 @@ def test_interrupted_run_leaves_neither_out_nor_temporary_files(tmp_path):
         proc = subprocess.Popen([sys.executable, "-m", "haloflow", "partition", str(folder), "--parts", "8",
                                  "--method", "fennel", "--passes", "50", "--memory-budget", "8GiB", "--tmp-dir",
                                  str(work), "--out", str(tmp_path / "out")], stderr=subprocess.PIPE, text=True,
-                                env={**os.environ, "PYTHONPATH": os.getcwd()})
+                                env={**os.environ, "PYTHONPATH": os.getcwd()},
+                                # as a shell's `cmd &` starts it: SIGINT ignored, so no Python Ctrl-C handler
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
         deadline = time.monotonic() + 120
         while not any(work.iterdir()) and time.monotonic() < deadline:  # polled: the scratch folder means the run
             time.sleep(0.05)                                             # is inside its cleanup scope
