@@ -146,7 +146,7 @@ def scratch(tmp_path, shared_data) -> tuple[Path, dict]:
 
 def test_readme_markup_applies():
     """Not slow: every piece of markup is just above a block, and every sub still matches its block's text."""
-    blocks = parse_blocks(README.read_text())
+    blocks = parse_blocks(README.read_text(), root=REPO)
     assert [b.lang for b in blocks if b.skip is None], "the README has no runnable blocks"
 
 
@@ -157,7 +157,7 @@ def test_readme_blocks_run(scratch, tmp_path):
     repo, env = scratch
     python = PythonSession(repo, env, tmp_path / "python.log")
     try:
-        for block in parse_blocks(README.read_text()):
+        for block in parse_blocks(README.read_text(), root=REPO):
             if block.skip is not None:
                 continue
             if block.lang == "python":
@@ -168,6 +168,9 @@ def test_readme_blocks_run(scratch, tmp_path):
                 print(f"{time.perf_counter() - t0:6.1f} s  README.md:{block.line} python block", flush=True)
                 continue
             for line, command in bash_commands(block):
+                if (test := block.runs_elsewhere(line)) is not None:
+                    print(f"   -    README.md:{line} {command.splitlines()[0]}  (run by {test})", flush=True)
+                    continue
                 t0 = time.perf_counter()
                 status, output = run_bash(command, repo, env, COMMAND_TIMEOUT_S)
                 if status != 0:
@@ -231,6 +234,26 @@ def test_bash_commands_join_continued_lines_and_leave_out_comments():
 def test_markup_that_cannot_apply_names_its_line(markup, message):
     with pytest.raises(ValueError, match=message):
         parse_blocks(f"<!-- readme-test: {markup} -->\n```bash\nhaloflow --epochs 200\n```\n")
+
+
+def test_elsewhere_leaves_out_the_commands_a_named_test_runs():
+    text = ('<!-- readme-test: elsewhere "haloflow bench cache" tests/cli/test_bench.py -->\n'
+            "```bash\nhaloflow bench cache --rows 9\nhaloflow bench gcn\n```\n")
+    (block,) = parse_blocks(text, root=REPO)
+    assert [block.runs_elsewhere(line) for line, _ in bash_commands(block)] == ["tests/cli/test_bench.py", None]
+
+
+@pytest.mark.parametrize("markup, message", [
+    ('elsewhere "haloflow nope" tests/cli/test_bench.py', r"README.md:1: elsewhere 'haloflow nope': no command"),
+    ('elsewhere "haloflow bench cache" tests/no_such.py', r"README.md:1: elsewhere names tests/no_such.py, which "
+                                                          r"does not exist"),
+    ('elsewhere "haloflow bench cache" tests/test_openmp.py', r"line 3, but it never mentions 'cache'"),
+    ('elsewhere "haloflow bench cache" tests/bench/test_contention.py', r"never mentions 'cache', '--no-such-flag'"),
+    ('elsewhere "haloflow bench cache"', r"README.md:1: elsewhere takes"),
+])
+def test_elsewhere_that_cannot_apply_names_its_line(markup, message):
+    with pytest.raises(ValueError, match=message):
+        parse_blocks(f"<!-- readme-test: {markup} -->\n```bash\nhaloflow bench cache --no-such-flag 1\n```\n", root=REPO)
 
 
 @pytest.mark.parametrize("text, message", [
