@@ -1,7 +1,8 @@
 """DLRM training benchmark: haloflow against plain PyTorch on one process, and the sharded engine on K ranks.
 
 1. One process: training throughput (samples/s) of haloflow's ``DLRM`` (JaggedBatch input, ``dlrm_loss``,
-   SGD lr 0.1) against a plain PyTorch DLRM written here (one ``nn.EmbeddingBag`` per table, the same MLPs,
+   SGD lr 0.1, fused into the tables' backward; also through autograd's sparse gradients, as a second row)
+   against a plain PyTorch DLRM written here (one ``nn.EmbeddingBag`` per table, the same MLPs,
    ids and offsets prepared ahead like a data loader would), in the same run, timed in alternating rounds so
    both see the same machine load; both start from the same weights and their losses are checked equal.
    Target: haloflow >= 0.95x plain.
@@ -32,7 +33,7 @@ from torch import nn
 from haloflow.data.clicks import ClickLogConfig, ClickLogGenerator
 from haloflow.engine.runtime import shutdown
 from haloflow.engine.launch import launch_torchrun
-from haloflow.models.dlrm import DLRM, DLRMConfig, dlrm_loss
+from haloflow.models.dlrm import DLRM, DLRMConfig, EmbeddingTables, dlrm_loss
 from haloflow.utils.atomic import atomic_write_text
 
 TARGET = 0.95
@@ -85,51 +86,61 @@ def plain_inputs(sparse):
 
 # ------------------------------------------------------------------------------------ one process
 def single_process(args, sizes) -> dict:
+    """haloflow's DLRM with SGD fused into the tables' backward (``EmbeddingTables(fused_sgd_lr=...)``, TorchRec's
+    fused-optimizer style), the same model through autograd's sparse gradients and ``torch.optim.SGD`` (the path
+    of earlier releases), and the plain peer: the same batches and weights, rounds in rotating order."""
     dev = torch.device(args.device)
     gen = ClickLogGenerator(ClickLogConfig(max_rows=args.max_rows or None, seed=0))
     batches = [b.to(dev) for b in gen.batches(args.batch_size, args.steps + args.warmup)]
     plain_batches = [plain_inputs(b.sparse) for b in batches]
-    model = DLRM(DLRMConfig(table_sizes=sizes)).to(dev)
+    config = DLRMConfig(table_sizes=sizes)
+    fused = DLRM(config, embeddings=EmbeddingTables(config.table_sizes, config.embedding_dim, config.seed,
+                                                    fused_sgd_lr=0.1)).to(dev)
+    model = DLRM(config).to(dev)
     plain = PlainDLRM(sizes).to(dev)
     copy_weights(model, plain)
-    opt_h = torch.optim.SGD(model.parameters(), lr=0.1)
-    opt_p = torch.optim.SGD(plain.parameters(), lr=0.1)
+    opts = {"haloflow": torch.optim.SGD(fused.parameters(), lr=0.1),  # the tables get no .grad: the MLPs only
+            "haloflow-autograd": torch.optim.SGD(model.parameters(), lr=0.1),
+            "plain": torch.optim.SGD(plain.parameters(), lr=0.1)}
 
-    def step_h(b, _):
-        opt_h.zero_grad(set_to_none=True)
-        loss = dlrm_loss(model(b.dense, b.sparse), b.labels)
+    def step(name, b, inputs):
+        opt = opts[name]
+        opt.zero_grad(set_to_none=True)
+        if name == "plain":
+            loss = nn.functional.binary_cross_entropy_with_logits(plain(b.dense, *inputs), b.labels)
+        else:
+            loss = dlrm_loss((fused if name == "haloflow" else model)(b.dense, b.sparse), b.labels)
         loss.backward()
-        opt_h.step()
+        opt.step()
         return loss.detach()
 
-    def step_p(b, inputs):
-        opt_p.zero_grad(set_to_none=True)
-        loss = nn.functional.binary_cross_entropy_with_logits(plain(b.dense, *inputs), b.labels)
-        loss.backward()
-        opt_p.step()
-        return loss.detach()
-
-    losses = {"haloflow": [], "plain": []}
-    for i in range(args.warmup):  # same batches, same weights: the two must agree step for step
-        losses["haloflow"].append(float(step_h(batches[i], None)))
-        losses["plain"].append(float(step_p(batches[i], plain_batches[i])))
-    same = all(abs(a - b) <= 1e-5 * max(1.0, abs(b)) for a, b in zip(losses["haloflow"], losses["plain"]))
-    rates = {"haloflow": [], "plain": []}
+    names = list(opts)
+    losses = {name: [] for name in names}
+    for i in range(args.warmup):  # same batches, same weights: the three must agree step for step
+        for name in names:
+            losses[name].append(float(step(name, batches[i], plain_batches[i])))
+    same = all(abs(a - b) <= 1e-5 * max(1.0, abs(b)) for name in names[:2]
+               for a, b in zip(losses[name], losses["plain"]))
+    rates = {name: [] for name in names}
     chunk = max(1, args.steps // args.rounds)
-    for r in range(args.rounds):  # alternate, so a burst of load on the shared machine hits both
+    for r in range(args.rounds):  # rotate, so a burst of load on the shared machine hits every contestant
         lo = args.warmup + r * chunk
-        order = [("haloflow", step_h), ("plain", step_p)] if r % 2 == 0 else [("plain", step_p), ("haloflow", step_h)]
-        for name, step in order:
+        for name in names[r % 3:] + names[:r % 3]:
             t0 = time.perf_counter()
             for i in range(lo, lo + chunk):
-                step(batches[i], plain_batches[i])
+                step(name, batches[i], plain_batches[i])
             if dev.type == "cuda":
                 torch.cuda.synchronize()  # the clock stops when the device has finished
             rates[name].append(chunk * args.batch_size / (time.perf_counter() - t0))
-    h, p = statistics.median(rates["haloflow"]), statistics.median(rates["plain"])
-    return {"haloflow_samples_per_s": h, "plain_samples_per_s": p, "ratio": h / p, "target": TARGET,
-            "meets_target": h / p >= TARGET, "warmup_losses_equal": same, "rounds": args.rounds,
-            "steps_per_round": chunk}
+
+    def ratio(name):  # the median of per-round ratios against the peer
+        return statistics.median(a / b for a, b in zip(rates[name], rates["plain"]))
+
+    return {"haloflow_samples_per_s": statistics.median(rates["haloflow"]),
+            "autograd_samples_per_s": statistics.median(rates["haloflow-autograd"]),
+            "plain_samples_per_s": statistics.median(rates["plain"]), "ratio": ratio("haloflow"),
+            "autograd_ratio": ratio("haloflow-autograd"), "target": TARGET, "meets_target": ratio("haloflow") >= TARGET,
+            "warmup_losses_equal": same, "rounds": args.rounds, "steps_per_round": chunk}
 
 
 # ------------------------------------------------------------------------------------- K ranks
@@ -237,8 +248,10 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     print(f"{'run':<22} {'samples/s':>10} {'vs plain':>9}  notes (sharded rows: vs the one-process plain run)")
     print(f"{'plain PyTorch (K=1)':<22} {single['plain_samples_per_s']:>10.0f} {1.0:>9.2f}")
     print(f"{'haloflow DLRM (K=1)':<22} {single['haloflow_samples_per_s']:>10.0f} {single['ratio']:>9.2f}  "
-          f"target >= {TARGET}: {'met' if single['meets_target'] else 'NOT met'}; "
+          f"SGD fused into the tables' backward; target >= {TARGET}: {'met' if single['meets_target'] else 'NOT met'}; "
           f"losses equal: {single['warmup_losses_equal']}")
+    print(f"{'  autograd sparse path':<22} {single['autograd_samples_per_s']:>10.0f} {single['autograd_ratio']:>9.2f}  "
+          "sparse gradients + torch.optim.SGD, as the peer")
     for r in dist_results:
         print(f"{'sharded K=' + str(r['world_size']):<22} {r['samples_per_s']:>10.0f} "
               f"{r['samples_per_s'] / single['plain_samples_per_s']:>9.2f}  bytes/step/rank "

@@ -123,3 +123,57 @@ def test_a_model_larger_than_free_memory_is_refused_before_allocating():
     with pytest.raises(ConfigError, match=r"the model needs at least [\d.]+ TiB \(2 tables of 2,000,000 rows in all "
                                           r"x embedding_dim 1000000000"):
         DLRM(DLRMConfig(table_sizes=(10**6, 10**6), num_dense=13, embedding_dim=10**9, bottom_mlp=(8,), top_mlp=(8,)))
+
+
+def _reference_interaction(z, pooled):  # the expression autograd differentiated before the fused backward
+    B, T, D = pooled.shape
+    v = torch.cat([z.unsqueeze(1), pooled], dim=1)
+    li, lj = torch.tril_indices(T + 1, T + 1, offset=-1)
+    return torch.cat([z, torch.bmm(v, v.transpose(1, 2))[:, li, lj]], dim=1)
+
+
+def test_interaction_backward_is_autograds_of_bmm_and_indexing():
+    g = torch.Generator().manual_seed(4)
+    z, pooled = torch.randn(32, 16, generator=g), torch.randn(32, 26, 16, generator=g)
+    grad_out = torch.randn(32, 367, generator=g)
+    got, want = [], []
+    for fn, out in ((interaction, got), (_reference_interaction, want)):
+        a, b = z.clone().requires_grad_(), pooled.clone().requires_grad_()
+        y = fn(a, b)
+        y.backward(grad_out)
+        out.extend([y.detach(), a.grad, b.grad])
+    for x, y in zip(got, want):
+        torch.testing.assert_close(x, y, rtol=0, atol=0)  # same floats, forward and backward
+    small = (torch.randn(3, 4, dtype=torch.float64, requires_grad=True),
+             torch.randn(3, 5, 4, dtype=torch.float64, requires_grad=True))
+    assert torch.autograd.gradcheck(interaction, small)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_sgd_fused_into_the_tables_trains_what_sparse_gradients_and_torch_sgd_train(dtype, one_thread):
+    # 26 small tables, so that rows repeat within a batch and across batches; the weights stay off the torch
+    # optimizer (no .grad), which then steps the MLPs alone
+    gen = ClickLogGenerator(ClickLogConfig(max_rows=300, seed=2))
+    cfg = DLRMConfig(table_sizes=gen.sizes, bottom_mlp=(16,), top_mlp=(16,))
+    ref = DLRM(cfg).to(dtype)
+    fused = DLRM(cfg, embeddings=EmbeddingTables(cfg.table_sizes, 16, 0, fused_sgd_lr=0.05)).to(dtype)
+    opts = [torch.optim.SGD(m.parameters(), lr=0.05) for m in (ref, fused)]
+    for b in gen.batches(64, 15):
+        losses = []
+        for m, opt in zip((ref, fused), opts):
+            opt.zero_grad(set_to_none=True)
+            loss = dlrm_loss(m(b.dense.to(dtype), b.sparse), b.labels.to(dtype))
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        assert losses[0] == pytest.approx(losses[1], rel=1e-12 if dtype == torch.float64 else 0, abs=0)
+    assert all(t.weight.grad is None for t in fused.embeddings.tables)
+    exact = dtype == torch.float32  # float32: the same roundings as torch's fused multiply-add
+    for x, y in zip(ref.embeddings.tables, fused.embeddings.tables):
+        torch.testing.assert_close(x.weight, y.weight, rtol=0 if exact else 1e-12, atol=0 if exact else 1e-14)
+    with torch.no_grad():  # evaluation: a plain lookup, nothing updated
+        before = [t.weight.clone() for t in fused.embeddings.tables]
+        fused(b.dense.to(dtype), b.sparse)
+        assert all(torch.equal(x, t.weight) for x, t in zip(before, fused.embeddings.tables))
+    with pytest.raises(ConfigError, match="fused_sgd_lr must be > 0, got 0"):
+        EmbeddingTables((3,), 2, fused_sgd_lr=0)
