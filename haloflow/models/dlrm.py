@@ -127,9 +127,11 @@ class EmbeddingTables(nn.Module):
     ``fused_sgd_lr``: SGD with this learning rate fused into the backward (TorchRec's fused optimizer): each
     table's rows are updated in place as the gradient arrives, ``w[id] -= lr * grad pooled[bag of id]`` per
     occurrence, with no sparse gradient built, coalesced or added by an optimizer; the weights then get no
-    ``.grad`` (a ``torch.optim`` optimizer over ``model.parameters()`` skips them). The same SGD as
-    ``torch.optim.SGD(lr)`` on the sparse gradients, to float rounding (a row met twice in a batch gets two updates
-    of ``lr * g`` where the sparse path adds ``lr * (g1 + g2)``).
+    ``.grad`` (a ``torch.optim`` optimizer over ``model.parameters()`` skips them). The same floats as
+    ``torch.optim.SGD(lr)`` on the sparse gradients in float32 (tested bit for bit: the sparse path also adds one
+    occurrence at a time, in the ids' order); in float64 to rounding. Training only (an evaluation, or a forward
+    under ``no_grad``, is a plain lookup); one backward per forward; off the CPU the update is ``index_add_``
+    (not yet run on a GPU).
 
     Shapes:
         sparse JaggedBatch lengths (T, B) -> pooled (B, T, D); an empty bag pools to zeros.
