@@ -49,6 +49,7 @@ __all__ = [
     "DLRM",
     "interaction",
     "dlrm_loss",
+    "fused_sgd_bag",
 ]
 
 
@@ -185,18 +186,45 @@ class _FusedSGDBags(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: Tensor):
         T = len(ctx.weights)
-        with torch.no_grad():
-            if grad.device.type == "cpu":  # one compiled loop per table, no (nnz, D) gradient rows built
-                g = grad.contiguous().numpy()  # (B, T, D)
-                for t, (w, ids, off) in enumerate(zip(ctx.weights, ctx.per_table, ctx.offsets)):
-                    wn = w.detach().numpy()
-                    _sgd_rows(wn, ids.numpy(), off.numpy(), g, t, float(wn.dtype.type(-ctx.lr)))
-            else:
-                for t, (w, ids, off) in enumerate(zip(ctx.weights, ctx.per_table, ctx.offsets)):
-                    bag = torch.repeat_interleave(torch.arange(off.numel() - 1, device=grad.device), off.diff())
-                    w.index_add_(0, ids, grad[:, t].index_select(0, bag), alpha=-ctx.lr)
+        grad = grad.contiguous()  # (B, T, D)
+        for t, (w, ids, off) in enumerate(zip(ctx.weights, ctx.per_table, ctx.offsets)):
+            _apply_sgd(w, ids, off, grad, t, ctx.lr)
         ctx.weights = ctx.per_table = ctx.offsets = None
         return (None, None, None, *([None] * T))
+
+
+def fused_sgd_bag(ids: Tensor, offsets: Tensor, weight: Tensor, lr: float) -> Tensor:
+    """Sum-pooled bags of one table with SGD fused into the backward (see ``EmbeddingTables.fused_sgd_lr``): the
+    rows of ``weight`` are updated in place when the gradient arrives, and ``weight`` gets no ``.grad``.
+
+    Shapes:
+        ids int64 (nnz,), offsets int64 (B+1,) (bag bounds, the last one the end), weight (N, D) -> (B, D)
+    """
+    return _FusedSGDBag.apply(ids, offsets, lr, weight)
+
+
+class _FusedSGDBag(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, ids: Tensor, offsets: Tensor, lr: float, weight: Tensor) -> Tensor:
+        ctx.ids, ctx.offsets, ctx.lr, ctx.weight = ids, offsets, lr, weight
+        return F.embedding_bag(ids, weight, offsets, mode="sum", include_last_offset=True)  # (B, D)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        _apply_sgd(ctx.weight, ctx.ids, ctx.offsets, grad.unsqueeze(1), 0, ctx.lr)
+        ctx.weight = ctx.ids = ctx.offsets = None
+        return None, None, None, None
+
+
+def _apply_sgd(weight: Tensor, ids: Tensor, offsets: Tensor, grad: Tensor, t: int, lr: float) -> None:
+    """weight[ids in bag b] -= lr * grad[b, t], one occurrence at a time, in place. grad (B, T, D)."""
+    with torch.no_grad():
+        if grad.device.type == "cpu":  # one compiled loop, no (nnz, D) gradient rows built
+            w = weight.detach().numpy()
+            _sgd_rows(w, ids.numpy(), offsets.numpy(), grad.contiguous().numpy(), t, float(w.dtype.type(-lr)))
+        else:
+            bag = torch.repeat_interleave(torch.arange(offsets.numel() - 1, device=grad.device), offsets.diff())
+            weight.index_add_(0, ids, grad[:, t].index_select(0, bag), alpha=-lr)
 
 
 @njit(cache=True)

@@ -119,7 +119,8 @@ class DistributedDLRM(nn.Module):
 
 def parallelize_dlrm(config: DLRMConfig, plan: ShardingPlan, group: Group | None, *, dp_grad: str = "sparse",
                      stats: CommStats | None = None, device: torch.device | None = None,
-                     stores: ShardStores | None = None, dtype: torch.dtype | None = None) -> DistributedDLRM:
+                     stores: ShardStores | None = None, dtype: torch.dtype | None = None,
+                     fused_sgd_lr: float | None = None) -> DistributedDLRM:
     """This rank's DLRM built from ``config`` and ``plan`` alone, by the steps of the module docstring: no rank
     ever allocates a table it does not own, so the plan's per-rank memory is the real one. Every rank calls it
     together (it creates the MLP gradient group, a collective, when ``group`` is not None).
@@ -133,6 +134,8 @@ def parallelize_dlrm(config: DLRMConfig, plan: ShardingPlan, group: Group | None
             ``finish_step()`` updates the tables, and a torch optimizer over ``parameters()`` sees the MLPs only.
         dtype: floating type of the weights (None: float32); float64 makes the layouts agree far beyond float32
             rounding, for parity checks. Row stores hold float32 rows, so they take no other type.
+        fused_sgd_lr: SGD at this rate fused into the backward of this rank's shards (without ``stores``); the
+            torch optimizer then steps the MLPs and the data-parallel replicas.
 
     Raises:
         PlanError: the plan does not fit the tables or the group's size.
@@ -146,7 +149,7 @@ def parallelize_dlrm(config: DLRMConfig, plan: ShardingPlan, group: Group | None
     check_fits(config, sum(s.num_rows * s.num_cols for tp in plan.tables for s in tp.shards if s.rank == rank))
     embeddings = ShardedEmbeddingCollection.from_plan(plan, config.table_sizes, config.embedding_dim,
                                                       seed=config.seed, group=group, dp_grad=dp_grad, stats=stats,
-                                                      stores=stores)
+                                                      stores=stores, fused_sgd_lr=fused_sgd_lr)
     model = DLRM(config, embeddings=embeddings)
     # 2. device and type, before the gradient buckets are laid out
     if device is not None or dtype is not None:

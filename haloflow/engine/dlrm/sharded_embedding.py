@@ -45,6 +45,7 @@ from haloflow.engine.dlrm.embedding_dist import (
 from haloflow.engine.dlrm.embedding_layout import RW, EmbeddingLayout, Slot
 from haloflow.engine.dlrm.shard_stores import ShardStores, store_bytes
 from haloflow.errors import ConfigError, PlanError
+from haloflow.models.dlrm import fused_sgd_bag
 from haloflow.models.keyed_init import keyed_uniform_rows
 from haloflow.partition.planner.types import ShardingPlan, ShardingType, Storage
 
@@ -85,12 +86,19 @@ class ShardedEmbeddingCollection(nn.Module):
         stores: keep every slot and replica in a row store with the optimizer fused (``ShardStores``; needed
             for Adagrad, row-wise Adagrad, caches and the plan's cached tables); None: ``nn.Parameter`` s with
             sparse gradients for a torch optimizer. See ``shard_stores``.
+        fused_sgd_lr: with parameters, SGD at this rate fused into the backward of this rank's shards (its owned
+            rows: ``models.dlrm.fused_sgd_bag``, the same floats as SGD on their sparse gradients); the
+            data-parallel replicas keep sparse gradients, which ``sync_grads`` sums over the ranks.
     """
 
     def __init__(self, layout: EmbeddingLayout, init: Callable[[int, tuple[int, int], tuple[int, int]], Tensor], *,
                  group: Group | None, dp_grad: str = "sparse", stats: CommStats | None = None,
-                 stores: ShardStores | None = None):
+                 stores: ShardStores | None = None, fused_sgd_lr: float | None = None):
         super().__init__()
+        if fused_sgd_lr is not None and (stores is not None or not fused_sgd_lr > 0):
+            raise ConfigError(f"fused_sgd_lr {fused_sgd_lr}: expected a learning rate > 0, and parameters, not "
+                              "row stores (which fuse their own optimizer)")
+        self.fused_sgd_lr = fused_sgd_lr
         K, rank = group_size(group), group_rank(group)
         if layout.world_size != K:
             raise PlanError(f"plan is for {layout.world_size} ranks but the process group has {K}")
@@ -306,7 +314,9 @@ class ShardedEmbeddingCollection(nn.Module):
         for i in range(n):
             lens = torch.cat([blk[i] for blk in len_blocks])  # (B_global,)
             ids = torch.cat([vb[i] for vb in val_blocks])  # (nnz_slot,)
-            if self.stores is None:
+            if self.stores is None and self.fused_sgd_lr is not None and self.training and torch.is_grad_enabled():
+                outputs.append(fused_sgd_bag(ids, _offsets(lens), self.shards[i], self.fused_sgd_lr))  # its owner's
+            elif self.stores is None:
                 outputs.append(_bag(ids, lens, self.shards[i]))  # (B_global, cols)
             else:
                 outputs.append(self.shard_bags[i](ids, _offsets(lens)))  # (B_global, cols)

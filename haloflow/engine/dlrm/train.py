@@ -181,9 +181,10 @@ def build_dlrm(config: DLRMTrainConfig, table_sizes: tuple[int, ...], num_dense:
     at K = 1 every table on the one rank), built in place (no rank allocates a table it does not own).
 
     Tables go into row stores (the optimizer fused, hot rows optionally cached) for ``--optimizer adagrad`` /
-    ``rowwise_adagrad``, ``--cache-ratio``, or a plan that caches a table; otherwise they are parameters that
-    the torch optimizer steps. Data-parallel replicas go into stores too (never parameters), so that every table
-    gets the same optimizer.
+    ``rowwise_adagrad``, ``--cache-ratio``, or a plan that caches a table; otherwise they are parameters, each
+    rank's shards updated by SGD fused into their backward (the floats of SGD on their sparse gradients) and the
+    data-parallel replicas by the torch optimizer after their gradients are summed. Data-parallel replicas go
+    into stores too when the shards do (never parameters), so that every table gets the same optimizer.
     """
     model_config = DLRMConfig(table_sizes=table_sizes, num_dense=num_dense, embedding_dim=config.embedding_dim,
                               bottom_mlp=config.bottom_mlp, top_mlp=config.top_mlp, seed=config.seed)
@@ -203,7 +204,8 @@ def build_dlrm(config: DLRMTrainConfig, table_sizes: tuple[int, ...], num_dense:
         stores = ShardStores(optimizer=make_optimizer({"name": config.optimizer, "lr": config.lr}), cache=cache,
                              device=layout.device)
     return parallelize_dlrm(model_config, plan, layout.group, dp_grad=config.dp_grad, device=layout.device,
-                            stores=stores, dtype=getattr(torch, config.dtype))
+                            stores=stores, dtype=getattr(torch, config.dtype),
+                            fused_sgd_lr=config.lr if stores is None else None)
 
 
 def _local(batch: ClickBatch, layout: ParallelLayout, dtype: torch.dtype) -> tuple[ClickBatch, list[int]]:

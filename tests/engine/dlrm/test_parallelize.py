@@ -59,6 +59,21 @@ def test_a_group_of_one_trains_bit_for_bit_what_the_single_device_model_trains()
     assert not torch.equal(full["embeddings.tables.0.weight"], common.small_model().embeddings.tables[0].weight)
 
 
+def test_sgd_fused_into_the_shards_trains_bit_for_bit_what_their_sparse_gradients_train():
+    # the trainer's SGD path: the shards' rows updated inside the backward, the torch optimizer stepping the rest
+    ref = DLRM(CONFIG)
+    net = parallelize_dlrm(CONFIG, PLAN, None, fused_sgd_lr=0.1)
+    want, got = _train(ref, lambda: None), _train(net, net.finish_step)
+    assert torch.equal(got, want)
+    assert all(p.grad is None for p in net.embeddings.shards)  # no sparse gradient was built for them
+    full = net.to_dlrm().state_dict()
+    for key, value in ref.state_dict().items():
+        assert torch.equal(full[key], value), key
+    with pytest.raises(ConfigError, match="fused_sgd_lr 0.1: expected .* not row stores"):
+        parallelize_dlrm(CONFIG, PLAN, None, fused_sgd_lr=0.1, stores=ShardStores(optimizer=make_optimizer(
+            {"name": "sgd", "lr": 0.1})))
+
+
 @pytest.mark.parametrize("name, cache", [("sgd", None), ("adagrad", CacheConfig(ratio=0.3)),
                                          ("rowwise_adagrad", CacheConfig(num_slots=1))])
 def test_a_group_of_one_in_row_stores_trains_bit_for_bit_what_store_tables_train(name, cache):
