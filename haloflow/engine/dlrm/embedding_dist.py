@@ -181,7 +181,7 @@ class PooledExchangeHandle:
         B = self._batch
         blocks = [c.view(B, w) for c, w in zip(flat.split([B * w for w in self._source_widths]),
                                                 self._source_widths)]  # K x (B_r, W_s)
-        received = torch.cat(blocks, dim=1)  # (B_r, sum W_s)
+        received = blocks[0] if len(blocks) == 1 else torch.cat(blocks, dim=1)  # (B_r, sum W_s)
         out = received.new_zeros(B, self._out_width)
         # Columns of sources in rank order; a column listed twice (row-wise shards) is summed in that order,
         # which index_add does sequentially on CPU, so the sum order is fixed.

@@ -311,9 +311,10 @@ class ShardedEmbeddingCollection(nn.Module):
         val_blocks = [v.split(cnt) for v, cnt in zip(received.values.split(received.value_splits),
                                                      per_slot_ids.tolist())]
         outputs = []
+        one = len(len_blocks) == 1  # a group of one: no blocks to join (a copy of every slot's ids per step)
         for i in range(n):
-            lens = torch.cat([blk[i] for blk in len_blocks])  # (B_global,)
-            ids = torch.cat([vb[i] for vb in val_blocks])  # (nnz_slot,)
+            lens = len_blocks[0][i] if one else torch.cat([blk[i] for blk in len_blocks])  # (B_global,)
+            ids = val_blocks[0][i] if one else torch.cat([vb[i] for vb in val_blocks])  # (nnz_slot,)
             if self.stores is None and self.fused_sgd_lr is not None and self.training and torch.is_grad_enabled():
                 outputs.append(fused_sgd_bag(ids, _offsets(lens), self.shards[i], self.fused_sgd_lr))  # its owner's
             elif self.stores is None:
