@@ -216,10 +216,12 @@ class _FusedSGDBag(torch.autograd.Function):
         return None, None, None, None
 
 
-def _apply_sgd(weight: Tensor, ids: Tensor, offsets: Tensor, grad: Tensor, t: int, lr: float) -> None:
-    """weight[ids in bag b] -= lr * grad[b, t], one occurrence at a time, in place. grad (B, T, D)."""
+def _apply_sgd(weight: Tensor, ids: Tensor, offsets: Tensor, grad: Tensor, t: int, lr: float, *,
+               compiled: bool | None = None) -> None:
+    """weight[ids in bag b] -= lr * grad[b, t], one occurrence at a time, in place. grad (B, T, D).
+    ``compiled``: the numba loop (default on the CPU) or ``index_add_`` (any device; the tests run both)."""
     with torch.no_grad():
-        if grad.device.type == "cpu":  # one compiled loop, no (nnz, D) gradient rows built
+        if compiled if compiled is not None else grad.device.type == "cpu":  # no (nnz, D) gradient rows built
             w = weight.detach().numpy()
             _sgd_rows(w, ids.numpy(), offsets.numpy(), grad.contiguous().numpy(), t, float(w.dtype.type(-lr)))
         else:

@@ -177,3 +177,21 @@ def test_sgd_fused_into_the_tables_trains_what_sparse_gradients_and_torch_sgd_tr
         assert all(torch.equal(x, t.weight) for x, t in zip(before, fused.embeddings.tables))
     with pytest.raises(ConfigError, match="fused_sgd_lr must be > 0, got 0"):
         EmbeddingTables((3,), 2, fused_sgd_lr=0)
+
+
+def test_the_fused_update_off_the_cpu_is_index_add_with_the_same_result():
+    from haloflow.models.dlrm import _apply_sgd
+
+    g = torch.Generator().manual_seed(7)
+    ids = torch.randint(0, 20, (60,), generator=g)  # repeated rows
+    offsets = torch.tensor([0, 0, 7, 19, 19, 33, 60])  # (B+1,) with empty bags
+    grad = torch.randn(6, 3, 4, generator=g, dtype=torch.float64)  # (B, T, D); table t = 1
+    w = torch.randn(20, 4, generator=g, dtype=torch.float64)
+    a, b = w.clone(), w.clone()
+    _apply_sgd(a, ids, offsets, grad, 1, 0.3, compiled=True)
+    _apply_sgd(b, ids, offsets, grad, 1, 0.3, compiled=False)
+    bag = torch.repeat_interleave(torch.arange(6), offsets.diff())
+    want = w.index_add(0, ids, grad[bag, 1], alpha=-0.3)
+    torch.testing.assert_close(a, want, rtol=1e-14, atol=1e-14)
+    torch.testing.assert_close(b, want, rtol=0, atol=0)
+    assert not torch.equal(a, w)
