@@ -65,8 +65,11 @@ class ShardedPooledHandle:
             parts.append(self._pooled.wait())  # (B_r, n_pooled * D)
         if self._rw is not None:
             parts.append(self._rw.wait())  # (B_r, n_rw * D)
-        grouped = torch.cat(parts, dim=1)
+        parts = [p for p in parts if p.shape[1]] or parts[:1]
+        grouped = parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
         B = grouped.shape[0]
+        if self._order is None:  # the groups are in table order already (every table table-wise, say)
+            return grouped.view(B, -1, self._dim)  # (B_r, T, D)
         return grouped.view(B, -1, self._dim).index_select(1, self._order)  # (B_r, T, D)
 
 
@@ -134,6 +137,7 @@ class ShardedEmbeddingCollection(nn.Module):
         # Index tensors as buffers on the weights' device, so that ``.to(device)`` moves them with the weights.
         dev = stores.device if stores is not None else next(iter([*self.replicas, *self.shards]), torch.empty(0)).device
         self.register_buffer("_order", layout.output_order().to(dev), persistent=False)
+        self._order_is_identity = torch.equal(self._order.cpu(), torch.arange(layout.num_tables))
         self.register_buffer("_pooled_cols", layout.columns(rw=False).to(dev), persistent=False)
         self.register_buffer("_rw_cols", layout.columns(rw=True).to(dev), persistent=False)
         self.register_buffer("_rows", torch.tensor(layout.table_rows, dtype=torch.int64, device=dev),
@@ -237,7 +241,7 @@ class ShardedEmbeddingCollection(nn.Module):
                                         sizes, rw=False)
             if L.rw_tables:
                 rw = self._exchange([o for o, s in zip(outputs, self.slots) if s.sharding is RW], sizes, rw=True)
-        return ShardedPooledHandle(dp, pooled, rw, self._order, L.dim)
+        return ShardedPooledHandle(dp, pooled, rw, None if self._order_is_identity else self._order, L.dim)
 
     def _batch_sizes(self, local: int, given: Sequence[int] | None) -> list[int]:
         K = self.layout.world_size
