@@ -150,7 +150,7 @@ def test_a_timed_out_launch_takes_its_ranks_down(tmp_path):
     import time
 
     with pytest.raises(subprocess.TimeoutExpired):
-        run_torchrun(SCRIPTS / "sleeper.py", 2, [tmp_path], timeout=20)
+        run_torchrun(SCRIPTS / "sleeper.py", 2, [tmp_path], timeout=10)  # ranks import no torch: pids in ~3 s
     pids = [int((tmp_path / f"rank{r}.pid").read_text()) for r in range(2)]
     deadline = time.monotonic() + 10
     alive = pids

@@ -110,19 +110,22 @@ def test_float64_weights_stay_float64_through_a_step():
 @pytest.fixture(scope="module")
 def one_process_losses():
     with contextmanager(one_torch_thread)():  # like each rank (the values do not depend on it; the time does)
-        return parity.synthetic_losses(200, None)
+        return parity.synthetic_losses(STEPS, None)
+
+
+STEPS = 60  # the 200 steps of the command: tests/engine/dlrm/test_train.py, at K = 1, 2 and 4
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("nproc", [4])  # K = 2 against K = 1 and 4: tests/engine/dlrm/test_train.py, 200 steps too
-def test_200_steps_on_the_synthetic_log_match_the_single_process_at_every_step(nproc, one_process_losses):
+@pytest.mark.parametrize("nproc", [4])  # K = 2 against K = 1 and 4: tests/engine/dlrm/test_train.py
+def test_the_synthetic_log_matches_the_single_process_at_every_step(nproc, one_process_losses):
     # float64: in float32 the layouts part for good once a ReLU input lies within rounding of zero (step 129
     # on the 2-core CI machine), a property of float32, not of the engine; see engine/dlrm/parallelize.
-    proc = run_torchrun(SCRIPTS / "dlrm_synthetic_parity.py", nproc, ["--steps", "200"], timeout=600)
+    proc = run_torchrun(SCRIPTS / "dlrm_synthetic_parity.py", nproc, ["--steps", str(STEPS)], timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
     line = next(x for x in proc.stdout.splitlines() if x.startswith("LOSSES "))
     losses = json.loads(line[len("LOSSES "):])
-    assert len(losses) == len(one_process_losses) == 200
+    assert len(losses) == len(one_process_losses) == STEPS
     worst = max(abs(a - b) for a, b in zip(losses, one_process_losses))
-    assert worst <= 1e-5, f"K = {nproc}: max |loss_K - loss_1| = {worst:.3g} over 200 steps"
-    assert sum(one_process_losses[-50:]) < sum(one_process_losses[:50])  # it learned: the losses are not constant
+    assert worst <= 1e-5, f"K = {nproc}: max |loss_K - loss_1| = {worst:.3g} over {STEPS} steps"
+    assert sum(one_process_losses[-20:]) < sum(one_process_losses[:20])  # it learned: the losses are not constant
