@@ -171,7 +171,9 @@ class EmbeddingTables(nn.Module):
 
 class _FusedSGDBags(torch.autograd.Function):
     """Sum-pooled lookups of every table; the backward applies SGD to the rows in place and returns no gradient
-    for the weights (see ``EmbeddingTables.fused_sgd_lr``)."""
+    for the weights (see ``EmbeddingTables.fused_sgd_lr``). One function for all T tables rather than T
+    ``fused_sgd_bag`` calls stacked: those get their gradients as strided slices of the stack's, copied per table
+    (measured 1.07x against this 1.16x plain at full Kaggle, batch 2,048)."""
 
     @staticmethod
     def forward(ctx, sparse: JaggedBatch, counts: list[int], lr: float, *weights: Tensor) -> Tensor:
