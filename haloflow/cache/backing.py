@@ -259,6 +259,16 @@ class BackingStore:
         if self._maps:
             self._touch(int(np.count_nonzero(slot < 0)))
 
+    def host_arrays(self, keys: list[str]) -> tuple[np.ndarray, ...]:
+        """(N, w) NumPy views of the arrays ``keys``, in that order, for the compiled row copies
+        (``kernels.serve_batch``); pair each use with ``touch``."""
+        return tuple(self._flat[k] for k in keys)
+
+    def touch(self, n: int) -> None:
+        """``n`` rows were read or written through ``host_arrays`` (a memory-mapped table drops its mapped pages
+        when they pass ``max_resident_bytes``)."""
+        self._touch(n)
+
     @staticmethod
     def host_views(slots: dict[str, Tensor]) -> dict[str, np.ndarray] | None:
         """(S, w) NumPy views of a cache's slot arrays for ``exchange`` and the ``*_through`` copies; None when

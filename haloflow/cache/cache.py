@@ -41,6 +41,7 @@ from torch import Tensor
 
 from haloflow.cache.backing import BackingStore
 from haloflow.cache.directory import BatchPlan, SlotDirectory
+from haloflow.cache.kernels import ascending, read_rows, write_rows
 from haloflow.cache.policy import DEFAULT_WINDOW, POLICIES, LRUPolicy, make_policy
 from haloflow.cache.transfer import RowMover
 from haloflow.cache.types import CachePolicy, CacheStats
@@ -138,11 +139,18 @@ class CachedStore:
         self.slots = {k: torch.empty((self.num_slots, *a.shape[1:]), dtype=a.dtype, device=self.device)
                       for k, a in backing.arrays.items()}  # (S, D) weight, (S, ...) state
         self._host = BackingStore.host_views(self.slots)  # (S, w) NumPy views when the slots are in host memory
+        self._keys = ["weight", *(k for k in self.slots if k != "weight")]
+        self._fused: tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]] | None = None  # (slots, rows) views:
+        # host slots over host rows of one dtype, moved by one compiled call per gather and two per update
+        if self._host is not None and len({a.dtype for a in self._host.values()}
+                                          | {a.dtype for a in backing.host_arrays(self._keys)}) == 1:
+            self._fused = tuple(self._host[k] for k in self._keys), backing.host_arrays(self._keys)
         self.dirty = np.zeros(self.num_slots, dtype=bool)  # (S,) slot differs from its backing row
         self.directory = SlotDirectory(self.num_rows, self.num_slots, policy if policy is not None else LRUPolicy())
         self._mover = RowMover(self.device, overlap)
         self._pending: BatchPlan | None = None  # plan of the prefetch in flight (or done, not yet gathered)
         self._outstanding: BatchPlan | None = None  # last gathered batch whose update has not come yet
+        self._gathered: tuple[Tensor | None, int] = (None, 0)  # the ids tensor of the last gather, its version
         self._warm()
 
     @classmethod
@@ -165,17 +173,21 @@ class CachedStore:
         """Rows ``ids`` (n,) as a (n, D) tensor on ``device``. One device sync: the ids go to the host."""
         u = self._host_ids(ids)
         inverse = None
-        if u.size > 1 and not (u[1:] > u[:-1]).all():  # a bag hands over its distinct ids, ascending, already
+        if not ascending(u):  # a bag hands over its distinct ids, ascending, already
             uniq, inverse = torch.unique(ids, return_inverse=True)  # (u,), (n,)
             u = self._host_ids(uniq)
         else:
             u = u.copy()  # the plans keep u: not a view of the caller's tensor
+        self._gathered = ids, ids._version  # apply_gradients of this very tensor needs no comparison of ids
         pending, self._pending = self._pending, None
         self._mover.wait()
         self._mover.step()
         if pending is not None and np.array_equal(pending.ids, u):
             plan = self._complete(pending)  # prefetched rows are hits now
         else:
+            served = self._serve(u) if self._fused is not None else None
+            if served is not None:
+                return served if inverse is None else served[inverse]
             plan = self.directory.plan(u)
         self._move(plan, self._claim(plan))
         self._outstanding = plan
@@ -198,6 +210,24 @@ class CachedStore:
             rows[pos] = self.backing.read(over, keys=("weight",))["weight"].to(self.device, non_blocking=True)
             self.stats.bytes_to_device += over.numel() * self.dim * rows.element_size()
         return rows if inverse is None else rows[inverse.to(self.device)]  # (n, D)
+
+    def _serve(self, u: np.ndarray) -> Tensor | None:
+        """``gather``'s plan, moves and read on host arrays in one compiled call (``SlotDirectory.serve``); None
+        when the policy needs the NumPy plan."""
+        slot_arrays, table_arrays = self._fused
+        rows = np.empty((u.size, self.dim), dtype=slot_arrays[0].dtype)  # (u, D)
+        served = self.directory.serve(u, self.dirty, slot_arrays, table_arrays, rows)
+        if served is None:
+            return None
+        plan, written = served
+        n_over = int(np.count_nonzero(plan.slots < 0))
+        st = self.stats
+        st.written_back += written
+        st.bytes_to_host += written * self.slot_bytes
+        st.bytes_to_device += plan.load_ids.size * self.slot_bytes + n_over * rows.strides[0]
+        self.backing.touch(written + plan.load_ids.size + n_over)
+        self._outstanding = plan
+        return torch.from_numpy(rows)
 
     def prefetch(self, ids: Tensor) -> None:
         """Start bringing the rows of the next batch ``ids`` into slots while the current batch computes.
@@ -243,11 +273,28 @@ class CachedStore:
     # ------------------------------------------------------------------------------------------ updates
     def apply_gradients(self, ids: Tensor, grads: Tensor) -> None:
         """Apply the optimizer to rows ``ids`` (u,) distinct, wherever each row is now, with ``grads`` (u, D)."""
-        u = ids.detach().to("cpu").numpy().astype(np.int64, copy=False)
         out = self._outstanding
-        if out is None or not (np.array_equal(u, out.ids) or np.isin(u, out.ids).all()):
+        same = out is not None and self._gathered[0] is ids and self._gathered[1] == ids._version
+        u = out.ids if same else ids.detach().to("cpu").numpy().astype(np.int64, copy=False)
+        inside = same or (out is not None and (np.array_equal(u, out.ids) or np.isin(u, out.ids).all()))
+        if not inside:
             self._mover.wait()  # a row outside the outstanding batch may be moving
         grads = grads.detach().to(self.device)
+        if self._fused is not None:  # host arrays: one compiled read, the update, one compiled write
+            if u.size and not inside and (u.min() < 0 or u.max() >= self.num_rows):
+                raise ConfigError(f"table {self.name!r}: ids outside its rows 0..{self.num_rows - 1} in "
+                                  f"apply_gradients (min {u.min()}, max {u.max()})")
+            slot_arrays, table_arrays = self._fused
+            views = tuple(np.empty((u.size, a.shape[1]), dtype=a.dtype) for a in slot_arrays)  # (u, w) each
+            slot = read_rows(u, self.directory.id_slot, slot_arrays, table_arrays, views)
+            rows = {k: torch.from_numpy(v).view(u.size, *self.slots[k].shape[1:]) for k, v in zip(self._keys, views)}
+            self._update(rows, grads)  # in place: the views hold the updated rows
+            n = write_rows(u, slot, slot_arrays, table_arrays, views, self.dirty)
+            self.stats.bytes_to_device += n * self.slot_bytes
+            self.stats.bytes_to_host += n * self.slot_bytes
+            self.backing.touch(2 * n)
+            self._outstanding = None
+            return
         slot = self.directory.lookup(u)  # (u,) located now, not at gather time
         cached = slot >= 0
         if cached.all():  # the common case: the batch's rows all in slots
@@ -294,7 +341,10 @@ class CachedStore:
 
     # ------------------------------------------------------------------------------------------ moving rows
     def _host_ids(self, uniq: Tensor) -> np.ndarray:
-        u = uniq.detach().to("cpu").numpy().astype(np.int64, copy=False)  # waits for the device
+        if uniq.device.type == "cpu" and uniq.dtype == torch.int64:
+            u = uniq.detach().numpy()  # the fast path: every call of a step comes here, 26 tables a step
+        else:
+            u = uniq.detach().to("cpu").numpy().astype(np.int64, copy=False)  # waits for the device
         if u.size and (u[0] < 0 or u[-1] >= self.num_rows):
             bad = u[0] if u[0] < 0 else u[-1]
             raise ConfigError(f"table {self.name!r}: id {bad} outside its rows 0..{self.num_rows - 1}")
@@ -375,4 +425,5 @@ class CachedStore:
         """Flush and release the backing store (its files stay). The store must not be used afterwards."""
         self.flush()
         self._mover.close()
+        self._fused = self._host = None  # no views of the backing store's maps are left to keep them mapped
         self.backing.close()

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from haloflow.cache.kernels import plan_batch
+from haloflow.cache.kernels import plan_batch, serve_batch
 from haloflow.cache.types import CachePolicy, CacheStats
 
 __all__ = ["SlotDirectory", "BatchPlan"]
@@ -185,6 +185,33 @@ class SlotDirectory:
         if final:
             self.stats.overflow += int(np.sum(slots < 0))
         return BatchPlan(ids, slots, load_ids, load_slots, evict_ids, evict_slots)
+
+    def serve(self, ids: np.ndarray, dirty: np.ndarray, slot_arrays: tuple, table_arrays: tuple,
+              out: np.ndarray) -> tuple[BatchPlan, int] | None:
+        """``plan(ids)`` (first sight, final, nothing pinned or deferred) and its moves and the batch's weight rows,
+        in one compiled call (``kernels.serve_batch``) for a store whose slots and rows are host arrays: victims
+        written back from ``slot_arrays`` to ``table_arrays`` when ``dirty``, loads copied in, ``out`` (u, D) filled.
+        Returns (the plan, victims written back), or None when the policy's scores are not a per-row table (then
+        ``plan`` and move)."""
+        table = self.policy.score_table()
+        if table is None:
+            return None
+        self.policy.record(ids, self.clock)
+        self.clock += 1
+        if self._slot_score is None:
+            self._slot_score = np.where(self.slot_id >= 0, table[np.maximum(self.slot_id, 0)], 0)
+        slots, load_ids, load_slots, evict_ids, evict_slots, taken, nh, n_over, written = serve_batch(
+            ids, self.id_slot, self.slot_id, self._slot_score, self._next_free, table, self.policy.admit_all, dirty,
+            slot_arrays, table_arrays, out)
+        self._next_free += taken
+        st = self.stats
+        st.lookups += ids.size
+        st.hits += nh
+        st.misses += ids.size - nh
+        st.admitted += load_ids.size
+        st.evicted += evict_ids.size
+        st.overflow += n_over
+        return BatchPlan(ids, slots, load_ids, load_slots, evict_ids, evict_slots), written
 
     def _plan_compiled(self, ids, table, pinned, deferred, record, final) -> BatchPlan:
         """``plan`` in one compiled pass (kernels.py), for policies whose scores are a per-row table."""

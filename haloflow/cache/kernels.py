@@ -22,6 +22,14 @@ arithmetic (so the rows are bit for bit what the torch copies would give); ~10 s
 batch otherwise. It releases the GIL, so a prefetch thread running it overlaps the training thread. ``read_through`` and
 ``write_through`` copy a batch's rows out of (and back into) wherever each is, its slot or the backing store,
 so a batch with overflow rows is one gather, one optimizer update and one scatter, as for a table in memory.
+
+``serve_batch`` is a whole ``CachedStore.gather`` on host slots in one call: the plan, the dirty victims written
+back, the admitted rows loaded (every array) and the batch's weight rows copied out; ``read_rows`` and
+``write_rows`` are the update's locate-and-read and write-back of every array, dirty flags included. One call each
+instead of a plan, an exchange and a read per array (8 compiled calls and ~40 NumPy/torch calls per table and
+step): on a CPU the calls' fixed costs, not the copies, were the cache's overhead over a table in memory (183
+against 62 us per table and step at batch 128, 5 % cached, Adagrad). The arrays of a table go in as one tuple,
+the weight first, each (rows, w).
 """
 
 from __future__ import annotations
@@ -29,7 +37,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["plan_batch", "exchange_rows", "read_through", "write_through"]
+__all__ = ["plan_batch", "serve_batch", "exchange_rows", "read_through", "write_through", "read_rows", "write_rows", "ascending"]
 
 
 @njit(cache=True, inline="always")
@@ -94,6 +102,75 @@ def _coldest(slot_id, slot_score, blocked, k):
 
 
 @njit(cache=True)
+def _sift_key(hk, hslot, size, i):
+    """Sift entry i of a max-heap of packed keys down, moving the hole rather than swapping."""
+    key, sl = hk[i], hslot[i]
+    while True:
+        c = 2 * i + 1
+        if c >= size:
+            break
+        if c + 1 < size and hk[c + 1] > hk[c]:
+            c += 1
+        if hk[c] <= key:
+            break
+        hk[i], hslot[i] = hk[c], hslot[c]
+        i = c
+    hk[i], hslot[i] = key, sl
+
+
+@njit(cache=True)
+def _coldest_packed(slot_id, slot_score, blocked, k, lo, bits):
+    """``_coldest`` with each (score, id) packed into one int64, ``(score - lo) << bits | id``: one comparison
+    per heap step instead of two, and a hole moved instead of three swaps (4-6x faster than ``_coldest`` at
+    k = 80 for 626 or 10,000 slots, the same at k = 1). The caller checks that the keys fit."""
+    hk = np.empty(k, dtype=np.int64)
+    hslot = np.empty(k, dtype=np.int64)
+    size = 0
+    for s in range(slot_id.size):
+        r = slot_id[s]
+        if r < 0 or blocked[s]:
+            continue
+        key = ((slot_score[s] - lo) << bits) | r
+        if size < k:  # push: sift the hole up
+            i = size
+            size += 1
+            while i > 0:
+                p = (i - 1) // 2
+                if hk[p] >= key:
+                    break
+                hk[i], hslot[i] = hk[p], hslot[p]
+                i = p
+            hk[i], hslot[i] = key, s
+        elif key < hk[0]:  # colder than the warmest kept: replace it
+            hk[0], hslot[0] = key, s
+            _sift_key(hk, hslot, size, 0)
+    ids = np.empty(size, dtype=np.int64)
+    slots = np.empty(size, dtype=np.int64)
+    mask = (np.int64(1) << bits) - 1
+    for j in range(size - 1, -1, -1):  # pop the warmest to the back
+        ids[j], slots[j] = hk[0] & mask, hslot[0]
+        size -= 1
+        hk[0], hslot[0] = hk[size], hslot[size]
+        _sift_key(hk, hslot, size, 0)
+    return ids, slots
+
+
+@njit(cache=True)
+def _coldest_of(slot_id, slot_score, blocked, k, num_rows):
+    """``_coldest`` through packed keys when the slots' score range and the ids fit in 63 bits (always, for the
+    policies here: scores are batch counts or clocks), else with (score, id) pairs."""
+    bits = 1
+    while (np.int64(1) << bits) < num_rows:
+        bits += 1
+    if slot_score.size == 0:
+        return _coldest(slot_id, slot_score, blocked, k)
+    lo, hi = slot_score.min(), slot_score.max()
+    if bits < 62 and hi - lo < (np.int64(1) << (62 - bits)):
+        return _coldest_packed(slot_id, slot_score, blocked, k, lo, bits)
+    return _coldest(slot_id, slot_score, blocked, k)
+
+
+@njit(cache=True)
 def plan_batch(ids, id_slot, slot_id, slot_score, next_free, scores, pinned, deferred, admit_all):
     """Plan one batch in place on ``id_slot`` (N,), ``slot_id`` (S,) and ``slot_score`` (S,) (the score of each
     slot's row, kept up to date here: the batch's rows are the only ones whose scores ``record`` changed);
@@ -134,7 +211,7 @@ def plan_batch(ids, id_slot, slot_id, slot_score, next_free, scores, pinned, def
             s = id_slot[ids[j]]
             if s >= 0:
                 blocked[s] = True  # a hit stays
-        evict_ids, evict_slots = _coldest(slot_id, slot_score, blocked, rest.size)
+        evict_ids, evict_slots = _coldest_of(slot_id, slot_score, blocked, rest.size, id_slot.size)
         k = evict_ids.size
         if not admit_all:  # pair the hottest miss with the coldest victim, and so on
             n = 0
@@ -194,3 +271,66 @@ def write_through(slots, table, slot, ids, rows):
             slots[slot[j], :] = rows[j, :]
         else:
             table[ids[j], :] = rows[j, :]
+
+
+@njit(cache=True, nogil=True)
+def serve_batch(ids, id_slot, slot_id, slot_score, next_free, scores, admit_all, dirty, slot_arrays, table_arrays,
+                out):
+    """``plan_batch`` (nothing pinned or deferred), then its moves, then ``out[j]`` = the weight row of ``ids[j]``
+    from its slot or the table (the overflow). A dirty victim's rows go back to the table before its slot is
+    reused; a loaded slot is clean. ``dirty`` (S,) bool; ``slot_arrays`` / ``table_arrays``: tuples of (S, w) /
+    (N, w) arrays, the weight first; ``out`` (u, D). Returns (slots, load_ids, load_slots, evict_ids,
+    evict_slots, free slots taken, hits, overflow, victims written back)."""
+    none = np.empty(0, dtype=np.int64)
+    slots, load_ids, load_slots, evict_ids, evict_slots, taken, hits, n_over = plan_batch(
+        ids, id_slot, slot_id, slot_score, next_free, scores, none, none, admit_all)
+    written = 0
+    for j in range(evict_ids.size):
+        s = evict_slots[j]
+        if dirty[s]:
+            written += 1
+            for a in range(len(slot_arrays)):
+                table_arrays[a][evict_ids[j], :] = slot_arrays[a][s, :]
+    for j in range(load_ids.size):
+        s = load_slots[j]
+        dirty[s] = False
+        for a in range(len(slot_arrays)):
+            slot_arrays[a][s, :] = table_arrays[a][load_ids[j], :]
+    read_through(slot_arrays[0], table_arrays[0], slots, ids, out)
+    return slots, load_ids, load_slots, evict_ids, evict_slots, taken, hits, n_over, written
+
+
+@njit(cache=True, nogil=True)
+def read_rows(ids, id_slot, slot_arrays, table_arrays, outs):
+    """Each array's row of ``ids[j]`` into ``outs[a][j]``, from its slot (``id_slot``) or the table; returns the
+    slots (u,), -1 = in the table."""
+    slot = np.empty(ids.size, dtype=np.int64)
+    for j in range(ids.size):
+        slot[j] = id_slot[ids[j]]
+    for a in range(len(slot_arrays)):
+        read_through(slot_arrays[a], table_arrays[a], slot, ids, outs[a])
+    return slot
+
+
+@njit(cache=True, nogil=True)
+def write_rows(ids, slot, slot_arrays, table_arrays, rows, dirty):
+    """The inverse of ``read_rows``: ``rows[a][j]`` back where it came from; a slot written is dirty. Returns the
+    rows written to the table."""
+    n = 0
+    for j in range(ids.size):
+        if slot[j] >= 0:
+            dirty[slot[j]] = True
+        else:
+            n += 1
+    for a in range(len(slot_arrays)):
+        write_through(slot_arrays[a], table_arrays[a], slot, ids, rows[a])
+    return n
+
+
+@njit(cache=True, nogil=True)
+def ascending(ids):
+    """Whether ``ids`` strictly ascend (a bag's distinct ids, as ``torch.unique`` returns them)."""
+    for j in range(1, ids.size):
+        if ids[j] <= ids[j - 1]:
+            return False
+    return True

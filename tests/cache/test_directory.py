@@ -88,3 +88,18 @@ def test_the_compiled_plan_decides_as_the_numpy_one(name, admit_all, rng):
         for field in ("slots", "load_ids", "load_slots", "evict_ids", "evict_slots"):
             assert getattr(a, field).tolist() == getattr(b, field).tolist(), (i, field)
     assert fast.stats == slow.stats and (fast.stats.evicted > 0 or not admit_all)  # admit-only keeps its hot set
+
+
+@pytest.mark.parametrize("num_slots, spread", [(40, 5), (700, 1000), (700, 2**60)])  # ties; wide; too wide to pack
+def test_packed_keys_pick_the_victims_the_pairs_pick(num_slots, spread, rng):
+    from haloflow.cache.kernels import _coldest, _coldest_of
+
+    num_rows = 3 * num_slots
+    slot_id = rng.permutation(num_rows)[:num_slots].astype(np.int64)
+    slot_id[rng.random(num_slots) < 0.1] = -1  # free slots
+    score = rng.integers(-1, spread, num_slots).astype(np.int64)
+    blocked = rng.random(num_slots) < 0.1
+    for k in (1, 7, num_slots):
+        want, got = _coldest(slot_id, score, blocked, k), _coldest_of(slot_id, score, blocked, k, num_rows)
+        assert want[0].tolist() == got[0].tolist() and want[1].tolist() == got[1].tolist(), k
+        assert len(got[0]) == min(k, int(np.sum((slot_id >= 0) & ~blocked)))
