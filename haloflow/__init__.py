@@ -8,9 +8,10 @@ on first use, so ``import haloflow`` stays cheap::
     result = haloflow.train_gcn(haloflow.GCNTrainConfig(partitions="parts"))
 """
 
-from haloflow import _openmp
+from haloflow import _malloc, _openmp
 
 _openmp.apply_defaults()  # first: before anything loads torch and its OpenMP runtime (see haloflow/_openmp.py)
+_malloc.apply_defaults()  # big freed blocks reused, not unmapped and faulted in again (see haloflow/_malloc.py)
 
 from haloflow._lazy import lazy_getattr  # noqa: E402
 from haloflow.engine.families import lazy_names  # noqa: E402

@@ -31,6 +31,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from haloflow._malloc import malloc_policy
 from haloflow._openmp import wait_policy
 from haloflow.engine.checkpoint import CheckpointConfig, Checkpointer
 from haloflow.engine.comm import register_peers
@@ -296,7 +297,7 @@ class Runtime:
         when the threads outnumber the cores, with the setting that fits."""
         if self.layout.is_main:
             budget = self.thread_budget
-            log.info("%s; OpenMP threads wait: %s", budget.describe(), wait_policy())
+            log.info("%s; OpenMP threads wait: %s; memory: %s", budget.describe(), wait_policy(), malloc_policy())
             if budget.oversubscribed:
                 log.warning("oversubscribed: %s", budget.advice())
         return self

@@ -1,10 +1,11 @@
-"""Runtime.start's start-up line: ranks x threads against the cores, how idle threads wait, and a warning with the
-fitting setting when the threads outnumber the cores. (Beside test_runtime.py, which covers the rest.)"""
+"""Runtime.start's start-up line: ranks x threads against the cores, how idle threads wait, how freed memory is
+reused, and a warning with the fitting setting when the threads outnumber the cores. (Beside test_runtime.py, which covers the rest.)"""
 
 import logging
 
 import torch
 
+from haloflow._malloc import malloc_policy
 from haloflow._openmp import wait_policy
 from haloflow.engine.runtime import Runtime, RuntimeConfig
 from haloflow.utils.threads import cores_here, follow_torch_threads
@@ -15,7 +16,8 @@ def test_start_says_ranks_x_threads_on_the_cores(caplog):
     with Runtime.start(RuntimeConfig(progress=False, device="cpu"), join=False) as rt:
         budget = rt.thread_budget
     assert (budget.ranks, budget.threads, budget.cores) == (1, torch.get_num_threads(), cores_here())
-    assert f"{budget.describe()}; OpenMP threads wait: {wait_policy()}" in caplog.messages
+    line = f"{budget.describe()}; OpenMP threads wait: {wait_policy()}; memory: {malloc_policy()}"
+    assert line in caplog.messages and malloc_policy() == "freed blocks below 1 GiB reused"
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
 
 
