@@ -14,7 +14,8 @@ and the optimisations follow, labelled, each against the row it changes:
     dgl                       2 x dgl GraphConv(norm="both") on the graph with self-loops, when dgl imports
     haloflow+precompute       optimisation: layer 0's A_hat X once before training, dropout moved onto A_hat X
                               (a different dropout placement, and the widest SpMM skipped)
-    haloflow-torch-kernel     haloflow with torch.sparse.mm instead of the numba SpMM kernel (what numba adds)
+    haloflow-numba-kernel     haloflow with the numba SpMM kernel instead of the default torch.sparse.mm (with
+                              ``--kernel numba``: haloflow-torch-kernel, the other way round)
     haloflow-nodropout        dropout 0: the compute alone, against ...
     pyg-sparse-nodropout      ... PyG with dropout 0 (torch's dropout draws a Bernoulli per element, and on CPU
                               that costs about as much as the SpMMs; haloflow's mask is a counter-based hash)
@@ -113,6 +114,15 @@ class PygGCN(torch.nn.Module):
         return x
 
 
+def _other(kernel: str) -> str:
+    return next(k for k in KERNELS if k != kernel)
+
+
+def other_kernel_name(kernel: str) -> str:
+    """The contestant that swaps the SpMM kernel (what the default kernel adds)."""
+    return f"haloflow-{_other(kernel)}-kernel"
+
+
 def make_contestants(graph: CSRGraph, x: torch.Tensor, y: torch.Tensor, args) -> dict:
     """name -> a function running one training epoch."""
     n = graph.num_nodes
@@ -121,7 +131,8 @@ def make_contestants(graph: CSRGraph, x: torch.Tensor, y: torch.Tensor, args) ->
     mask = torch.ones(n, dtype=torch.bool)
     steps = {}
     variants = {"haloflow": (False, args.kernel, 0.5), "haloflow+precompute": (True, args.kernel, 0.5),
-                "haloflow-torch-kernel": (False, "torch", 0.5), "haloflow-nodropout": (False, args.kernel, 0.0)}
+                other_kernel_name(args.kernel): (False, _other(args.kernel), 0.5),
+                "haloflow-nodropout": (False, args.kernel, 0.0)}
     for name, (pre, kernel, p) in variants.items():
         cfg = GCNConfig(in_dim=dims[0], out_dim=dims[2], hidden_dim=dims[1], dropout=p, precompute_first=pre)
         model, agg = GCN(cfg).train(), LocalAggregator(graph, cfg.norm, kernel=kernel)
@@ -161,7 +172,7 @@ def make_contestants(graph: CSRGraph, x: torch.Tensor, y: torch.Tensor, args) ->
 
 # name -> the row it is measured against (the same model, one thing changed)
 PEERS = {"haloflow": "pyg-sparse", "pyg-edge_index": "pyg-sparse", "dgl": "pyg-sparse",
-         "haloflow+precompute": "haloflow", "haloflow-torch-kernel": "haloflow",
+         "haloflow+precompute": "haloflow", "haloflow-torch-kernel": "haloflow", "haloflow-numba-kernel": "haloflow",
          "haloflow-nodropout": "pyg-sparse-nodropout"}
 
 

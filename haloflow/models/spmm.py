@@ -31,8 +31,19 @@ machine was shared with other jobs, so the absolute numbers moved 2x between run
     torch   run 3    17.9    55.6   192.4                                     18.1 / 51.1 / 190.2
     torch.sparse.mm autograd backward, run 3:   204 / 204 / 345  (what the transpose built once saves)
 
-The default (`DEFAULT_KERNEL` = "numba") is the faster at the GCN widths 40 and 128 in every run, at 16 in two of
-three.
+Re-measured 2026-12-02 (same graph, 2 threads, 7 rounds alternating the kernels in one process, nothing else
+running; medians, forward / backward ms) the order had turned, at every width and with either malloc setting
+(``haloflow/_malloc.py``)::
+
+    width              16            40             128
+    numba          31.3 / 34.9   56.9 / 60.9   133.2 / 133.9
+    torch          15.5 / 16.8   40.2 / 41.7   103.7 / 118.2     numba / torch: 1.96 / 1.41 / 1.20 forward
+
+and ``bench gcn``'s epoch with the torch kernel took 0.83x the numba one's. The numba kernel now runs slower on two
+threads than on one (width 16: 28.7 against 23.3 ms; the row gathers are bound by memory latency and the two vCPUs
+share it), while MKL's ``mkl_sparse_s_mm`` behind ``torch.sparse.mm`` still gains. So the default
+(`DEFAULT_KERNEL`) is "torch"; "numba" stays selectable (``--kernel numba``) and tested. Both are deterministic
+and give the same floats at any thread count (rows are independent; each row is summed in one order).
 Tensors on another device (CUDA) always use the torch kernel, with the CSR copied there once.
 """
 
@@ -50,7 +61,7 @@ from haloflow.utils.threads import follow_torch_threads
 __all__ = ["SparseOperator", "KERNELS", "DEFAULT_KERNEL", "csr_transpose"]
 
 KERNELS = ("numba", "torch")
-DEFAULT_KERNEL = "numba"
+DEFAULT_KERNEL = "torch"  # faster at every GCN width in the 2026-12-02 runs (module docstring)
 
 
 @njit(parallel=True, cache=True)
