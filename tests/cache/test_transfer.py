@@ -55,11 +55,29 @@ def test_the_chooser_holds_the_faster_way_and_probes_the_other_again(faster):
     chooser = OverlapChooser(probe=3, hold=10, clock=lambda: _steps.now)
     chooser.step()  # the first step begins
     cost = {faster: 1.0, not faster: 2.0}
-    ways = _steps(chooser, cost, 3 + 3 + 10 + 3 + 10)
+    ways = _steps(chooser, cost, 3 + 3 + 10 + 3 + 20 + 3 + 40)
     assert ways[:6] == [False] * 3 + [True] * 3  # a probe of each way, inline first
-    assert ways[6:16] == [faster] * 10 and ways[16:19] == [not faster] * 3 and ways[19:] == [faster] * 10
-    # The load changes: the held way becomes the slower one. The next probe still compares with its old times,
-    # the one after with its new ones, and the other way is held from then on.
+    assert ways[6:16] == [faster] * 10 and ways[16:19] == [not faster] * 3  # held, then the other probed
+    assert ways[19:39] == [faster] * 20 and ways[39:42] == [not faster] * 3  # won again: held twice as long
+    assert ways[42:] == [faster] * 40
+    # The load changes: the held way becomes the slower one. The next probe still compares with its old times
+    # (held 80 steps more), the one after with its new ones: the other way wins, and its hold starts again at 10.
     cost = {faster: 3.0, not faster: 2.0}
-    ways = _steps(chooser, cost, 3 + 10 + 3 + 10)
-    assert ways == [not faster] * 3 + [faster] * 10 + [not faster] * 3 + [not faster] * 10
+    ways = _steps(chooser, cost, 3 + 80 + 3 + 10 + 3)
+    assert ways == [not faster] * 3 + [faster] * 80 + [not faster] * 3 + [not faster] * 10 + [faster] * 3
+
+
+def test_the_hold_stops_doubling_at_eight_times():
+    _steps.now = 0.0
+    chooser = OverlapChooser(probe=2, hold=5, clock=lambda: _steps.now)
+    chooser.step()
+    ways = _steps(chooser, {False: 1.0, True: 2.0}, 2000)
+    holds, run = [], 0
+    for w in ways[4:]:  # after the first two probes: runs of the inline way between probes of the thread
+        if w:
+            if run:
+                holds.append(run)
+            run = 0
+        else:
+            run += 1
+    assert holds[:5] == [5, 10, 20, 40, 40] and set(holds[4:]) == {40}
