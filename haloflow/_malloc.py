@@ -16,7 +16,7 @@ both reuse). The time is kernel time, which is also what a run beside busy co-te
 same and preload jemalloc or tcmalloc; this needs no extra library and leaves a caller's choice alone.
 
 The cost: memory a step freed stays in the process (its RSS does not shrink between steps), which is the memory
-the next step needs again. Blocks of 1 GiB or more (a full table) are still mapped and unmapped on their own.
+the next step needs again; ``trim()`` gives it back (``reset_peak_rss`` does, before a measured phase). Blocks of 1 GiB or more (a full table) are still mapped and unmapped on their own.
 A child process (a torchrun rank, a benchmark worker) sets it again when it imports haloflow.
 """
 
@@ -27,7 +27,7 @@ import ctypes.util
 import os
 import sys
 
-__all__ = ["apply_defaults", "malloc_policy"]
+__all__ = ["apply_defaults", "malloc_policy", "trim"]
 
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters (malloc.h)
 MMAP_THRESHOLD = 1 << 30  # blocks below this come from the heap, and are reused
@@ -37,6 +37,7 @@ _OTHER_ALLOCATORS = ("jemalloc", "tcmalloc", "mimalloc")
 _GLIBC_NAMES = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_", "MALLOC_MMAP_MAX_")
 
 _state = "not set"  # what apply_defaults did, for malloc_policy()
+_libc = None  # glibc, once apply_defaults found its mallopt
 
 
 def _chosen_elsewhere() -> str | None:
@@ -73,9 +74,18 @@ def apply_defaults() -> None:
         _state = "the system's (no mallopt)"
         return
     ok = mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1 and mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD) == 1
+    global _libc
+    _libc = libc if ok else None
     _state = "freed blocks below 1 GiB reused" if ok else "glibc's defaults (mallopt refused)"
 
 
 def malloc_policy() -> str:
     """How this process reuses freed memory, for the start-up line."""
     return _state
+
+
+def trim() -> None:
+    """Give the freed memory kept for reuse back to the system now (``malloc_trim(0)``), for a caller about to
+    measure the RSS of a new phase (``utils.memory.reset_peak_rss``); a no-op when nothing was changed here."""
+    if _libc is not None:
+        _libc.malloc_trim(0)
