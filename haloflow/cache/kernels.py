@@ -37,137 +37,55 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from haloflow.cache.belady import _pop, _push
+
 __all__ = ["plan_batch", "serve_batch", "exchange_rows", "read_through", "write_through", "read_rows", "write_rows", "ascending"]
 
 
-@njit(cache=True, inline="always")
-def _above(hs, hi, a, b):  # heap entry a ranks after entry b: (score, id) greater
-    return hs[a] > hs[b] or (hs[a] == hs[b] and hi[a] > hi[b])
-
-
 @njit(cache=True)
-def _sift_down(hs, hi, hslot, size, i):
-    while True:
-        c = 2 * i + 1
-        if c >= size:
-            return
-        if c + 1 < size and _above(hs, hi, c + 1, c):
-            c += 1
-        if not _above(hs, hi, c, i):
-            return
-        hs[i], hs[c] = hs[c], hs[i]
-        hi[i], hi[c] = hi[c], hi[i]
-        hslot[i], hslot[c] = hslot[c], hslot[i]
-        i = c
-
-
-@njit(cache=True)
-def _coldest(slot_id, slot_score, blocked, k):
+def _coldest(slot_id, slot_score, blocked, k, num_rows):
     """The k evictable slots whose rows have the lowest (score, id), in that order: (ids, slots). One pass over
-    the slots in order, keeping the k coldest in a max-heap; scores read from ``slot_score`` (S,) beside
-    ``slot_id``, not looked up per row (random reads into an (N,) table took 70 us a pass for 10,000 slots,
-    these 45)."""
-    hs = np.empty(k, dtype=np.int64)
-    hi = np.empty(k, dtype=np.int64)
-    hslot = np.empty(k, dtype=np.int64)
-    size = 0
-    for s in range(slot_id.size):
-        r = slot_id[s]
-        if r < 0 or blocked[s]:
-            continue
-        sc = slot_score[s]
-        if size < k:  # push, sift up
-            i = size
-            hs[i], hi[i], hslot[i] = sc, r, s
-            size += 1
-            while i > 0:
-                p = (i - 1) // 2
-                if not _above(hs, hi, i, p):
-                    break
-                hs[i], hs[p] = hs[p], hs[i]
-                hi[i], hi[p] = hi[p], hi[i]
-                hslot[i], hslot[p] = hslot[p], hslot[i]
-                i = p
-        elif sc < hs[0] or (sc == hs[0] and r < hi[0]):  # colder than the warmest kept: replace it
-            hs[0], hi[0], hslot[0] = sc, r, s
-            _sift_down(hs, hi, hslot, size, 0)
-    ids = np.empty(size, dtype=np.int64)
-    slots = np.empty(size, dtype=np.int64)
-    for j in range(size - 1, -1, -1):  # pop the warmest to the back
-        ids[j], slots[j] = hi[0], hslot[0]
-        size -= 1
-        hs[0], hi[0], hslot[0] = hs[size], hi[size], hslot[size]
-        _sift_down(hs, hi, hslot, size, 0)
-    return ids, slots
-
-
-@njit(cache=True)
-def _sift_key(hk, hslot, size, i):
-    """Sift entry i of a max-heap of packed keys down, moving the hole rather than swapping."""
-    key, sl = hk[i], hslot[i]
-    while True:
-        c = 2 * i + 1
-        if c >= size:
-            break
-        if c + 1 < size and hk[c + 1] > hk[c]:
-            c += 1
-        if hk[c] <= key:
-            break
-        hk[i], hslot[i] = hk[c], hslot[c]
-        i = c
-    hk[i], hslot[i] = key, sl
-
-
-@njit(cache=True)
-def _coldest_packed(slot_id, slot_score, blocked, k, lo, bits):
-    """``_coldest`` with each (score, id) packed into one int64, ``(score - lo) << bits | id``: one comparison
-    per heap step instead of two, and a hole moved instead of three swaps (4-6x faster than ``_coldest`` at
-    k = 80 for 626 or 10,000 slots, the same at k = 1). The caller checks that the keys fit."""
-    hk = np.empty(k, dtype=np.int64)
-    hslot = np.empty(k, dtype=np.int64)
+    the slots in order, keeping the k coldest in a max-heap (``belady._push`` / ``_pop``) keyed by (score, id)
+    packed into one int64, ``(score - lo) << bits | id``: one comparison a heap step (4-6x faster than a heap of
+    (score, id) pairs at k = 80 for 626 or 10,000 slots, the same at k = 1). Scores are read from ``slot_score``
+    (S,) beside ``slot_id``, not looked up per row (random reads into an (N,) table took 70 us a pass for 10,000
+    slots, these 45). Keys that do not fit 62 bits (no policy here: scores are batch counts or clocks) are sorted
+    instead, O(S log S)."""
+    bits = 1
+    while (np.int64(1) << bits) < num_rows:
+        bits += 1
+    lo = slot_score.min() if slot_score.size else 0
+    if slot_score.size and (bits >= 62 or slot_score.max() - lo >= (np.int64(1) << (62 - bits))):
+        return _coldest_sorted(slot_id, slot_score, blocked, k)
+    hk = np.empty(k + 1, dtype=np.int64)  # one spare entry: a replacement goes there, then is popped to the root
+    hslot = np.empty(k + 1, dtype=np.int64)
     size = 0
     for s in range(slot_id.size):
         r = slot_id[s]
         if r < 0 or blocked[s]:
             continue
         key = ((slot_score[s] - lo) << bits) | r
-        if size < k:  # push: sift the hole up
-            i = size
-            size += 1
-            while i > 0:
-                p = (i - 1) // 2
-                if hk[p] >= key:
-                    break
-                hk[i], hslot[i] = hk[p], hslot[p]
-                i = p
-            hk[i], hslot[i] = key, s
-        elif key < hk[0]:  # colder than the warmest kept: replace it
-            hk[0], hslot[0] = key, s
-            _sift_key(hk, hslot, size, 0)
+        if size < k:
+            size = _push(hk, hslot, size, key, s)
+        elif key < hk[0]:  # colder than the warmest kept: it replaces the root, sifted down in one pass
+            hk[size], hslot[size] = key, s
+            size = _pop(hk, hslot, size + 1)
     ids = np.empty(size, dtype=np.int64)
     slots = np.empty(size, dtype=np.int64)
     mask = (np.int64(1) << bits) - 1
     for j in range(size - 1, -1, -1):  # pop the warmest to the back
         ids[j], slots[j] = hk[0] & mask, hslot[0]
-        size -= 1
-        hk[0], hslot[0] = hk[size], hslot[size]
-        _sift_key(hk, hslot, size, 0)
+        size = _pop(hk, hslot, size)
     return ids, slots
 
 
 @njit(cache=True)
-def _coldest_of(slot_id, slot_score, blocked, k, num_rows):
-    """``_coldest`` through packed keys when the slots' score range and the ids fit in 63 bits (always, for the
-    policies here: scores are batch counts or clocks), else with (score, id) pairs."""
-    bits = 1
-    while (np.int64(1) << bits) < num_rows:
-        bits += 1
-    if slot_score.size == 0:
-        return _coldest(slot_id, slot_score, blocked, k)
-    lo, hi = slot_score.min(), slot_score.max()
-    if bits < 62 and hi - lo < (np.int64(1) << (62 - bits)):
-        return _coldest_packed(slot_id, slot_score, blocked, k, lo, bits)
-    return _coldest(slot_id, slot_score, blocked, k)
+def _coldest_sorted(slot_id, slot_score, blocked, k):
+    """``_coldest`` by sorting every evictable slot: by id, then stably by score."""
+    ok = np.flatnonzero((slot_id >= 0) & ~blocked)
+    ok = ok[np.argsort(slot_id[ok])]
+    ok = ok[np.argsort(slot_score[ok], kind="mergesort")][:k]
+    return slot_id[ok], ok
 
 
 @njit(cache=True)
@@ -211,7 +129,7 @@ def plan_batch(ids, id_slot, slot_id, slot_score, next_free, scores, pinned, def
             s = id_slot[ids[j]]
             if s >= 0:
                 blocked[s] = True  # a hit stays
-        evict_ids, evict_slots = _coldest_of(slot_id, slot_score, blocked, rest.size, id_slot.size)
+        evict_ids, evict_slots = _coldest(slot_id, slot_score, blocked, rest.size, id_slot.size)
         k = evict_ids.size
         if not admit_all:  # pair the hottest miss with the coldest victim, and so on
             n = 0

@@ -91,15 +91,16 @@ def test_the_compiled_plan_decides_as_the_numpy_one(name, admit_all, rng):
 
 
 @pytest.mark.parametrize("num_slots, spread", [(40, 5), (700, 1000), (700, 2**60)])  # ties; wide; too wide to pack
-def test_packed_keys_pick_the_victims_the_pairs_pick(num_slots, spread, rng):
-    from haloflow.cache.kernels import _coldest, _coldest_of
+def test_packed_keys_pick_the_coldest_victims(num_slots, spread, rng):
+    from haloflow.cache.kernels import _coldest
 
     num_rows = 3 * num_slots
     slot_id = rng.permutation(num_rows)[:num_slots].astype(np.int64)
     slot_id[rng.random(num_slots) < 0.1] = -1  # free slots
     score = rng.integers(-1, spread, num_slots).astype(np.int64)
     blocked = rng.random(num_slots) < 0.1
+    ok = np.flatnonzero((slot_id >= 0) & ~blocked)
+    order = ok[np.lexsort((slot_id[ok], score[ok]))]  # by (score, id)
     for k in (1, 7, num_slots):
-        want, got = _coldest(slot_id, score, blocked, k), _coldest_of(slot_id, score, blocked, k, num_rows)
-        assert want[0].tolist() == got[0].tolist() and want[1].tolist() == got[1].tolist(), k
-        assert len(got[0]) == min(k, int(np.sum((slot_id >= 0) & ~blocked)))
+        ids, slots = _coldest(slot_id, score, blocked, k, num_rows)
+        assert slots.tolist() == order[:k].tolist() and ids.tolist() == slot_id[order[:k]].tolist(), k
