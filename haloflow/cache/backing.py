@@ -36,7 +36,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from haloflow.cache.kernels import exchange_rows, read_through, write_through
+from haloflow.cache.kernels import exchange_rows, read_through
 from haloflow.cache.memory import check_state_dict
 from haloflow.cache.optim import make_optimizer
 from haloflow.cache.types import RowOptimizer
@@ -250,14 +250,6 @@ class BackingStore:
         if self._maps:
             self._touch(int(np.count_nonzero(slot < 0)))
         return out
-
-    def write_through(self, slots: dict[str, np.ndarray], slot: np.ndarray, ids: np.ndarray,
-                      rows: dict[str, Tensor]) -> None:
-        """The inverse of ``read_through``: ``rows[k][j]`` to slot ``slot[j]``, or to row ``ids[j]`` here."""
-        for k, table in self._flat.items():
-            write_through(slots[k], table, slot, ids, rows[k].contiguous().numpy().reshape(ids.size, -1))
-        if self._maps:
-            self._touch(int(np.count_nonzero(slot < 0)))
 
     def host_arrays(self, keys: list[str]) -> tuple[np.ndarray, ...]:
         """(N, w) NumPy views of the arrays ``keys``, in that order, for the compiled row copies

@@ -140,10 +140,10 @@ class CachedStore:
                       for k, a in backing.arrays.items()}  # (S, D) weight, (S, ...) state
         self._host = BackingStore.host_views(self.slots)  # (S, w) NumPy views when the slots are in host memory
         self._keys = ["weight", *(k for k in self.slots if k != "weight")]
-        self._fused: tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]] | None = None  # (slots, rows) views:
-        # host slots over host rows of one dtype, moved by one compiled call per gather and two per update
-        if self._host is not None and len({a.dtype for a in self._host.values()}
-                                          | {a.dtype for a in backing.host_arrays(self._keys)}) == 1:
+        # (slots, rows) views, the weight first, when the slots are in host memory (the rows always are, in the
+        # slots' dtypes): moved by one compiled call per gather and two per update
+        self._fused: tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]] | None = None
+        if self._host is not None:
             self._fused = tuple(self._host[k] for k in self._keys), backing.host_arrays(self._keys)
         self.dirty = np.zeros(self.num_slots, dtype=bool)  # (S,) slot differs from its backing row
         self.directory = SlotDirectory(self.num_rows, self.num_slots, policy if policy is not None else LRUPolicy())
@@ -304,16 +304,6 @@ class CachedStore:
             for k, a in self.slots.items():
                 a.index_copy_(0, s, rows[k])
             self.dirty[slot] = True
-            self._outstanding = None
-            return
-        if self._host is not None:  # host slots: one gather, one update, one scatter
-            rows = self.backing.read_through(self._host, slot, u)
-            self._update(rows, grads)
-            self.backing.write_through(self._host, slot, u, rows)
-            self.dirty[slot[cached]] = True
-            n = int(np.count_nonzero(~cached))
-            self.stats.bytes_to_device += n * self.slot_bytes
-            self.stats.bytes_to_host += n * self.slot_bytes
             self._outstanding = None
             return
         if cached.any():

@@ -39,7 +39,8 @@ from numba import njit
 
 from haloflow.cache.belady import _pop, _push
 
-__all__ = ["plan_batch", "serve_batch", "exchange_rows", "read_through", "write_through", "read_rows", "write_rows", "ascending"]
+__all__ = ["plan_batch", "serve_batch", "exchange_rows", "read_through", "write_through", "read_rows", "write_rows",
+           "ascending"]
 
 
 @njit(cache=True)
