@@ -47,6 +47,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 import torch
 import torch.nn.functional as F
+from numba import njit, prange
 from torch import nn
 
 from haloflow.data.temporal import TemporalEvents
@@ -57,6 +58,7 @@ from haloflow.models.tgn_attention import attend
 from haloflow.models.tgn_memory import MemoryRows, MemoryUpdate
 from haloflow.models.tgn_time import cos_encode
 from haloflow.utils.arrays import sorted_unique
+from haloflow.utils.threads import follow_torch_threads
 
 __all__ = [
     "TGNConfig",
@@ -231,21 +233,92 @@ def _mlp(d_in: int, d_hidden: int, d_out: int) -> nn.Sequential:
     return nn.Sequential(nn.Linear(d_in, d_hidden), nn.ReLU(), nn.Linear(d_hidden, d_out))
 
 
-def _gru_cell(cell: nn.GRUCell, stored: torch.Tensor, phi: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
-    """``cell(cat([stored, phi], 1), h)`` with the input product split at the time encoding: ``stored`` and
-    ``h`` are state (no gradient), so the backward computes input gradients for the T columns of ``phi`` only,
-    not for all 2M+F+T of the message (torch's cell cannot tell which of its input columns need them).
+def _gru_cell(cell: nn.GRUCell, stored: torch.Tensor, phi: torch.Tensor, h: torch.Tensor, has_mail: torch.Tensor
+              ) -> torch.Tensor:
+    """``where(has_mail, cell(cat([stored, phi], 1), h), h)`` with the input product split at the time encoding:
+    ``stored`` and ``h`` are state (no gradient), so the backward computes input gradients for the T columns of
+    ``phi`` only, not for all 2M+F+T of the message (torch's cell cannot tell which of its input columns need
+    them); the gates run in `_GRUGates` (forward and backward by hand).
 
     Shapes:
-        stored (n, 2M+F), phi (n, T), h (n, M) -> (n, M).
+        stored (n, 2M+F), phi (n, T), h (n, M), has_mail bool (n,) -> (n, M).
     """
     w_stored, w_time = cell.weight_ih.split([stored.shape[1], phi.shape[1]], dim=1)  # (3M, 2M+F), (3M, T)
     gi = torch.addmm(F.linear(stored, w_stored, cell.bias_ih), phi, w_time.t())  # (n, 3M)
     gh = F.linear(h, cell.weight_hh, cell.bias_hh)  # (n, 3M)
+    return _GRUGates.apply(gi, gh, h, has_mail)
+
+
+class _GRUGates(torch.autograd.Function):
+    """torch's GRU cell from its two products, for the rows with mail (the others keep ``h``)::
+
+        r, z = sigmoid(gi_r + gh_r), sigmoid(gi_z + gh_z)       torch's gate order r, z, n
+        n    = tanh(gi_n + r * gh_n)
+        h'   = (1 - z) n + z h                                   out = h' where has_mail, else h
+
+    By hand because autograd's version of these ~8 lines (slices, chunk, where and their zero-filled
+    backwards) cost more than the arithmetic: the backward writes the gradients of ``gi`` and ``gh`` as two
+    whole (n, 3M) blocks, the r and z columns shared.
+
+    Shapes:
+        gi, gh (n, 3M);  h (n, M);  has_mail bool (n,)  ->  (n, M).
+    """
+
+    @staticmethod
+    def forward(ctx, gi, gh, h, has_mail):
+        m = h.shape[1]
+        rz = torch.add(gi[:, :2 * m], gh[:, :2 * m]).sigmoid_()  # (n, 2M): r | z
+        r, z = rz[:, :m], rz[:, m:]
+        gh_n = gh[:, 2 * m:]
+        n = torch.addcmul(gi[:, 2 * m:], r, gh_n).tanh_()  # (n, M)
+        out = torch.where(has_mail[:, None], torch.lerp(n, h, z), h)
+        ctx.save_for_backward(rz, n, gh, h, has_mail)
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        rz, n, gh, h, has_mail = ctx.saved_tensors
+        g = g.contiguous()
+        g_gi, g_h = torch.empty(g.shape[0], 3 * h.shape[1], dtype=g.dtype), torch.empty_like(h)
+        if g.device.type == "cpu" and g.dtype == torch.float32 and g.shape[0]:
+            follow_torch_threads()
+            _gru_gates_bwd(g.numpy(), rz.numpy(), n.numpy(), gh.numpy(), h.contiguous().numpy(), has_mail.numpy(),
+                           g_gi.numpy(), g_h.numpy())
+        else:  # the same formulas as torch ops (other devices)
+            m = h.shape[1]
+            r, z = rz[:, :m], rz[:, m:]
+            g_new = g * has_mail[:, None]  # rows without mail pass g straight to h
+            g_an = g_new * (1.0 - z) * (1.0 - n * n)  # d/d(gi_n + r gh_n)
+            g_gi = torch.cat([g_an * gh[:, 2 * m:] * r * (1.0 - r), g_new * (h - n) * z * (1.0 - z), g_an], dim=1)
+            g_h = g - g_new + g_new * z
+        g_gh = None
+        if ctx.needs_input_grad[1]:  # r and z columns shared; the n columns scaled by r
+            m = h.shape[1]
+            g_gh = g_gi.clone()
+            g_gh[:, 2 * m:].mul_(rz[:, :m])
+        return (g_gi if ctx.needs_input_grad[0] else None), g_gh, (g_h if ctx.needs_input_grad[2] else None), None
+
+
+@njit(parallel=True, cache=True)
+def _gru_gates_bwd(g, rz, n, gh, h, has_mail, g_gi, g_h):  # pragma: no cover - compiled
+    # one pass over the rows for what autograd did in ~15 (n, M) passes; formulas in _GRUGates
     m = h.shape[1]
-    r, z = torch.sigmoid(gi[:, :2 * m] + gh[:, :2 * m]).chunk(2, dim=1)  # (n, M) each; torch's gate order r, z, n
-    n = torch.tanh(torch.addcmul(gi[:, 2 * m:], r, gh[:, 2 * m:]))  # (n, M)
-    return torch.lerp(n, h, z)  # (1 - z) n + z h; both gates in one pass, as few (n, M) passes as the formula allows
+    for i in prange(g.shape[0]):
+        gr, ghr, gir, hr, nr, rzr = g[i], g_h[i], g_gi[i], h[i], n[i], rz[i]
+        if not has_mail[i]:
+            for c in range(m):
+                ghr[c] = gr[c]
+            for c in range(3 * m):
+                gir[c] = 0.0
+            continue
+        ghn = gh[i]
+        for c in range(m):
+            r, z, nv = rzr[c], rzr[m + c], nr[c]
+            an = gr[c] * (np.float32(1.0) - z) * (np.float32(1.0) - nv * nv)
+            gir[2 * m + c] = an
+            gir[c] = an * ghn[2 * m + c] * r * (np.float32(1.0) - r)
+            gir[m + c] = gr[c] * (hr[c] - nv) * z * (np.float32(1.0) - z)
+            ghr[c] = gr[c] * z
 
 
 # --------------------------------------------------------------------------------------------- batch
@@ -371,8 +444,7 @@ class TGN(nn.Module):
         has_mail = rows.mail_eid >= 0  # (n,)
         dt = rows.mail_t - rows.last_update  # (n,) float64: exact before the cast to the encoder's float32
         stored = torch.cat([rows.memory, rows.mail_other, rows.mail_feat], dim=1)  # (n, 2M+F), no gradient
-        new = _gru_cell(self.memory_updater, stored, self.time_enc(dt), rows.memory)  # (n, M)
-        memory = torch.where(has_mail[:, None], new, rows.memory)  # (n, M)
+        memory = _gru_cell(self.memory_updater, stored, self.time_enc(dt), rows.memory, has_mail)  # (n, M)
         return memory, torch.where(has_mail, rows.mail_t, rows.last_update)
 
     def embed(self, memory: torch.Tensor, batch: TGNBatch) -> torch.Tensor:
