@@ -12,12 +12,15 @@ Per query q, head h and neighbour slot j (``qk`` is the query already moved into
     backward, from g_pd (Q, H, k) and g_xbar (Q, H, Dk):
     gpd_hj = g_pd_hj + g_xbar_h . kv_j;   gs_hj = p_hj (gp_hj - sum_j' p_hj' gp_hj'),  gp = gpd * mult
     g_qk_h = sum_j gs_hj kv_j;            g_kv_j = sum_h gs_hj qk_h + pd_hj g_xbar_h
+    g_memory[v] = sum of g_kv_j[:M] over the slots j (of any query) that read row v
 
 Why a kernel: with H = 2 and k = 10 these are 600 tiny products a batch ((2 x 200) by (200 x 10) and back),
 which batched BLAS runs at ~2 GFLOP/s (4.5 ms of a 21 ms CPU step, backward included); here each query's
 products are one pass over its (k, Dk) block, rows in parallel (numba prange), no (Q, k, Dk) temporaries.
-Every query is computed by one thread in a fixed order, so the result does not depend on the thread count or
-on which other queries share the call (a split batch computes the same numbers).
+The memory's gradient is a second parallel pass, one memory row at a time over the slots that read it (a
+counting sort of the slots by row), instead of a (Q, k, M) block of slot gradients and an ``index_add_``.
+Every query and every memory row is computed by one thread in a fixed order, so the result does not depend on
+the thread count, and a query's outputs not on which other queries share the call.
 
 On other devices (CUDA) the same formulas run as torch ops.
 
@@ -98,12 +101,34 @@ def _attend_fwd(qk, mem, rows, feat, phi, mask, mult, p_out, pd_out, xbar):  # p
                     pd_out[q, h, j] = 0.0
 
 
+@njit(cache=True)
+def _slots_by_row(rows, mask, n_rows, indptr, slots):  # pragma: no cover - compiled
+    # counting sort of the real slots (q * k + j) by memory row: slots[indptr[v]:indptr[v + 1]] are row v's,
+    # ascending (the backward adds them in this fixed order)
+    n_q, k = rows.shape
+    indptr[:] = 0
+    for q in range(n_q):
+        for j in range(k):
+            if mask[q, j]:
+                indptr[rows[q, j] + 1] += 1
+    for v in range(n_rows):
+        indptr[v + 1] += indptr[v]
+    fill = indptr[:-1].copy()
+    for q in range(n_q):
+        for j in range(k):
+            if mask[q, j]:
+                r = rows[q, j]
+                slots[fill[r]] = q * k + j
+                fill[r] += 1
+
+
 @njit(parallel=True, fastmath=True, cache=True)
-def _attend_bwd(qk, mem, rows, feat, phi, mask, mult, p, pd, g_pd, g_xbar, g_qk, g_mem_slot, g_phi, g_s
+def _attend_bwd(qk, mem, rows, feat, phi, mask, mult, p, pd, g_pd, g_xbar, g_qk, g_phi, g_s, indptr, slots, g_mem
                 ):  # pragma: no cover - compiled
-    # g_mem_slot (Q, k, M): the gradient of each slot's memory row (the caller adds them up per row);
-    # feat is data, so it gets none. g_s (Q, H, k) is scratch for the scores' gradient, passed in rather than
-    # allocated per query inside the parallel loop (numba's allocator is shared by the threads).
+    # pass 1, per query: the scores' gradient g_s (Q, H, k), g_qk and g_phi. Pass 2, per memory row v (when
+    # g_mem has rows): sum over v's slots (indptr, slots from _slots_by_row) of each slot's memory gradient,
+    #   g_mem[v] = sum_(q, j) sum_h g_s[q, h, j] qk[q, h, :M] + pd[q, h, j] g_xbar[q, h, :M]
+    # feat is data, so it gets none.
     n_q, n_h, d = qk.shape
     k, m, f = rows.shape[1], mem.shape[1], feat.shape[2]
     for q in prange(n_q):
@@ -129,15 +154,18 @@ def _attend_bwd(qk, mem, rows, feat, phi, mask, mult, p, pd, g_pd, g_xbar, g_qk,
                     _axpy(w, feat[q, j], gq[m:m + f])
                     _axpy(w, phi[q, j], gq[m + f:])
         for j in range(k):
-            gm, gp = g_mem_slot[q, j], g_phi[q, j]
-            gm[:] = 0.0
+            gp = g_phi[q, j]
             gp[:] = 0.0
             if mask[q, j]:
                 for h in range(n_h):
-                    a, b = gs[h, j], pd[q, h, j]
-                    qv, gx = qk[q, h], g_xbar[q, h]
-                    _axpy2(a, qv[:m], b, gx[:m], gm)
-                    _axpy2(a, qv[m + f:], b, gx[m + f:], gp)
+                    _axpy2(gs[h, j], qk[q, h, m + f:], pd[q, h, j], g_xbar[q, h, m + f:], gp)
+    for v in prange(g_mem.shape[0]):
+        gm = g_mem[v]
+        gm[:] = 0.0
+        for e in range(indptr[v], indptr[v + 1]):
+            q, j = slots[e] // k, slots[e] % k
+            for h in range(n_h):
+                _axpy2(g_s[q, h, j], qk[q, h, :m], pd[q, h, j], g_xbar[q, h, :m], gm)
 
 
 def _attend_torch(qk, mem, rows, feat, phi, mask, mult):
@@ -173,16 +201,19 @@ class _Attend(torch.autograd.Function):
         g_pd = torch.zeros_like(pd) if g_pd is None else g_pd.contiguous()
         g_xbar = torch.zeros(qk.shape, dtype=qk.dtype) if g_xbar is None else g_xbar.contiguous()
         q_n, k = rows.shape
-        g_qk, g_phi = torch.empty_like(qk), torch.empty_like(phi)
-        g_slot = torch.empty(q_n, k, mem.shape[1], dtype=mem.dtype)  # (Q, k, M)
-        if q_n:
+        g_qk, g_phi, g_s = torch.empty_like(qk), torch.empty_like(phi), torch.empty_like(p)
+        want_mem = ctx.needs_input_grad[1]
+        g_mem = torch.empty_like(mem) if want_mem else mem.new_empty(0, mem.shape[1])
+        indptr = np.zeros(mem.shape[0] + 1 if want_mem else 1, dtype=np.int64)
+        slots = np.empty(q_n * k if want_mem else 0, dtype=np.int64)
+        if want_mem:
+            _slots_by_row(rows.numpy(), mask.numpy(), mem.shape[0], indptr, slots)
+        if q_n or want_mem:
             follow_torch_threads()
             _attend_bwd(qk.numpy(), mem.numpy(), rows.numpy(), feat.numpy(), phi.numpy(), mask.numpy(),
                         mult.numpy(), p.numpy(), pd.numpy(), g_pd.numpy(), g_xbar.numpy(), g_qk.numpy(),
-                        g_slot.numpy(), g_phi.numpy(), torch.empty_like(p).numpy())
-        g_mem = None
-        if ctx.needs_input_grad[1]:  # one index_add over the Q*k slots (padding slots add zeros to row 0)
-            g_mem = torch.zeros_like(mem).index_add_(0, rows.reshape(-1), g_slot.view(q_n * k, -1))
+                        g_phi.numpy(), g_s.numpy(), indptr, slots, g_mem.numpy())
+        g_mem = g_mem if want_mem else None
         return g_qk, g_mem, g_phi, None, None, None, None
 
 
