@@ -454,7 +454,7 @@ class TGN(nn.Module):
             memory (n, M) -> (3B, D).
         """
         s_q = memory.index_select(0, batch.query_row)  # (3B, M); index_select: its backward is one index_add
-        zero = self.time_enc(torch.zeros(1, device=memory.device))[0]  # (T,) = phi(0), the queries' time part
+        zero = torch.cos(self.time_enc.b)  # (T,) = phi(0) = cos(0 w + b), the queries' time part
         q_n, k = batch.nbr_row.shape
         phi = self.time_enc(batch.nbr_dt)  # (3B, k, T); with memory[nbr_row] and nbr_feat, the neighbours' input
         roles = torch.arange(3, device=memory.device).repeat_interleave(batch.num_events)  # (3B,) src, dst, neg
