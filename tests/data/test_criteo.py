@@ -232,7 +232,7 @@ def _truncated_gz(tmp_path, rng) -> Path:
     [
         ("empty.txt", b"", r"empty.txt: empty file: expected Criteo lines \(a 0/1 label, 13 integer and 26 hex"),
         ("blob.bin", bytes(range(256)) * 4, r"blob.bin: binary data, not text \(byte 0x00 at offset 0\)"),
-        ("day.txt", gzip.compress(b"0\t1\n"), r"day.txt: compressed data in a file not named \*.gz"),
+        ("day.txt", gzip.compress(b"0\t1\n", mtime=0), r"day.txt: compressed data in a file not named \*.gz"),
         ("head.csv", b"label,I1,I2\n", "head.csv: a header line and no data lines"),
         ("graph.txt", b"# a graph\n0\t1\n1\t2\n", r"graph.txt: all 3 lines were rejected, so the file adds no rows "
          r"\(read as tab-separated\); the first, line 1: expected 40 tab-separated fields .* found 1"),
