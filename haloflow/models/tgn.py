@@ -279,8 +279,8 @@ class _GRUGates(torch.autograd.Function):
     def backward(ctx, g):
         rz, n, gh, h, has_mail = ctx.saved_tensors
         g = g.contiguous()
-        g_gi, g_h = torch.empty(g.shape[0], 3 * h.shape[1], dtype=g.dtype), torch.empty_like(h)
         if g.device.type == "cpu" and g.dtype == torch.float32 and g.shape[0]:
+            g_gi, g_h = torch.empty(g.shape[0], 3 * h.shape[1], dtype=g.dtype), torch.empty_like(h)
             follow_torch_threads()
             _gru_gates_bwd(g.numpy(), rz.numpy(), n.numpy(), gh.numpy(), h.contiguous().numpy(), has_mail.numpy(),
                            g_gi.numpy(), g_h.numpy())
