@@ -142,7 +142,8 @@ class TGNMemoryState:
             last = np.ones(r_sorted.shape[0], dtype=bool)
             last[:-1] = r_sorted[1:] != r_sorted[:-1]
             follow_torch_threads()
-            _copy_rows(*(getattr(update, name).detach().contiguous().numpy() for name in _FIELDS), *self._arrays(),
+            _copy_rows(*(getattr(update, name).detach().contiguous().numpy() for name in _FIELDS),
+                       *(getattr(self, name).numpy() for name in _FIELDS),
                        r_sorted[last], order[last])
             return
         # Sort by (row, eid) and keep the last of each row: the newest message.
@@ -165,9 +166,6 @@ class TGNMemoryState:
         parallel pass for the six fields where torch's indexed writes took six (0.24 -> 0.09 ms a batch)."""
         return (self.memory.device.type == "cpu" and self.memory.dtype == torch.float32
                 and all(getattr(self, name).is_contiguous() for name in _FIELDS))
-
-    def _arrays(self) -> tuple[np.ndarray, ...]:
-        return tuple(getattr(self, name).numpy() for name in _FIELDS)
 
     def clone(self) -> TGNMemoryState:
         """A deep copy (to evaluate from a saved state, or to compare two runs)."""
