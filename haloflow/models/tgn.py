@@ -117,7 +117,8 @@ class TimeEncoder(nn.Module):
     """``phi(dt) = cos(dt * w + b)`` with ``w = 1 / 10^linspace(0, 9, d)``, ``b = 0`` at init (TGN, TGL).
 
     Shapes:
-        dt (...,) float -> (..., d) float32.
+        dt (...,) float;  mask bool (...,) or None: rows to encode (the others zeros, no gradient)
+        -> (..., d) float32.
     """
 
     def __init__(self, dim: int, learnable: bool = True):
@@ -126,8 +127,8 @@ class TimeEncoder(nn.Module):
         self.w = nn.Parameter(w, requires_grad=learnable)
         self.b = nn.Parameter(torch.zeros(dim), requires_grad=learnable)
 
-    def forward(self, dt: torch.Tensor) -> torch.Tensor:
-        return cos_encode(dt, self.w, self.b)
+    def forward(self, dt: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        return cos_encode(dt, self.w, self.b, mask)
 
 
 class TemporalAttention(nn.Module):
@@ -444,7 +445,8 @@ class TGN(nn.Module):
         has_mail = rows.mail_eid >= 0  # (n,)
         dt = rows.mail_t - rows.last_update  # (n,) float64: exact before the cast to the encoder's float32
         stored = torch.cat([rows.memory, rows.mail_other, rows.mail_feat], dim=1)  # (n, 2M+F), no gradient
-        memory = _gru_cell(self.memory_updater, stored, self.time_enc(dt), rows.memory, has_mail)  # (n, M)
+        phi = self.time_enc(dt, has_mail)  # (n, T); zeros on rows without mail, whose GRU output is dropped
+        memory = _gru_cell(self.memory_updater, stored, phi, rows.memory, has_mail)  # (n, M)
         return memory, torch.where(has_mail, rows.mail_t, rows.last_update)
 
     def embed(self, memory: torch.Tensor, batch: TGNBatch) -> torch.Tensor:
@@ -456,7 +458,8 @@ class TGN(nn.Module):
         s_q = memory.index_select(0, batch.query_row)  # (3B, M); index_select: its backward is one index_add
         zero = torch.cos(self.time_enc.b)  # (T,) = phi(0) = cos(0 w + b), the queries' time part
         q_n, k = batch.nbr_row.shape
-        phi = self.time_enc(batch.nbr_dt)  # (3B, k, T); with memory[nbr_row] and nbr_feat, the neighbours' input
+        # (3B, k, T); with memory[nbr_row] and nbr_feat, the neighbours' input; zeros on padding (never read)
+        phi = self.time_enc(batch.nbr_dt, batch.nbr_mask)
         roles = torch.arange(3, device=memory.device).repeat_interleave(batch.num_events)  # (3B,) src, dst, neg
         keys = batch.event_ids.repeat(3) * 3 + roles  # (3B,) dropout key of each query
         # merge(cat([attention(cat([s_q, phi(0)]), ...), s_q])) with the first merge product split by input part

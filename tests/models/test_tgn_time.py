@@ -60,12 +60,29 @@ def test_agrees_with_the_torch_ops_path_on_small_and_empty_inputs(shape):
     gen = torch.Generator().manual_seed(5)
     dt = torch.rand(shape, generator=gen) * 100
     w, b = torch.rand(8, generator=gen).requires_grad_(), torch.rand(8, generator=gen).requires_grad_()
-    out, ref = cos_encode(dt, w, b), _CosEncodeOps.apply(dt, w, b)
+    out, ref = cos_encode(dt, w, b), _CosEncodeOps.apply(dt, w, b, torch.ones(shape, dtype=torch.bool))
     torch.testing.assert_close(out, ref)
     g = torch.ones_like(ref)
     if out.numel():
         for a, e in zip(torch.autograd.grad(out, (w, b), g), torch.autograd.grad(ref, (w, b), g)):
             torch.testing.assert_close(a, e, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("path", ["compiled", "torch ops"])
+def test_masked_rows_are_zeros_without_gradient_and_the_others_unchanged(path):
+    dt, w, b = _inputs(6, n=(200, 10), d=40)
+    mask = torch.rand(200, 10, generator=torch.Generator().manual_seed(7)) < 0.7
+    g = torch.randn(200, 10, 40, generator=torch.Generator().manual_seed(8))
+    if path == "compiled":
+        full, part = cos_encode(dt, w, b), cos_encode(dt, w, b, mask)
+    else:
+        full = _CosEncodeOps.apply(dt, w, b, torch.ones_like(mask))
+        part = _CosEncodeOps.apply(dt, w, b, mask)
+    assert torch.equal(part[mask], full[mask]) and not part[~mask].any()
+    got = torch.autograd.grad(part, (w, b), g)
+    want = torch.autograd.grad(full, (w, b), g * mask[..., None])  # the masked rows' gradient is dropped
+    for a, e in zip(got, want):
+        torch.testing.assert_close(a, e, rtol=1e-6, atol=1e-6 * float(e.abs().max()))
 
 
 def test_float64_times_are_encoded_in_the_weights_dtype():
