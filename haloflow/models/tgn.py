@@ -210,11 +210,12 @@ class TemporalAttention(nn.Module):
         probs, x_bar = attend(q_in, memory, nbr_row, nbr_feat, nbr_phi, mask,
                               self._dropout_multiplier(drop_keys, q_n, k, epoch, s_q))
         g = (w_after @ self.w_o.weight).view(d_out, h, dh).transpose(0, 1)  # (H, D, Dh): w_after W_o,h
-        b_all = torch.bmm(g, w_v)  # (H, D, Dk)
-        e = torch.bmm(g, b_v)  # (H, D, 1)
-        w_all = torch.cat([b_all.transpose(0, 1).reshape(d_out, h * dk), e.squeeze(2).t()], dim=1)  # (D, H*Dk + H)
-        inputs = torch.cat([x_bar.reshape(q_n, h * dk), probs.sum(-1)], dim=1)  # (Q, H*Dk + H)
-        out = torch.addmm(w_after @ self.w_o.bias, inputs, w_all.t())  # (Q, D)
+        b_all = torch.bmm(g, w_v).transpose(0, 1).reshape(d_out, h * dk)  # (D, H*Dk)
+        e = torch.bmm(g, b_v).squeeze(2)  # (H, D)
+        # two products, not one over cat([x_bar, sum_j p]): the cat and the slicing of its gradient copied the
+        # (Q, H*Dk) block twice a batch
+        base = torch.addmm(w_after @ self.w_o.bias, probs.sum(-1), e)  # (Q, D): biases, sum_j p_hj b_v,h folded
+        out = torch.addmm(base, x_bar.reshape(q_n, h * dk), b_all.t())  # (Q, D)
         return out.masked_fill(~mask.any(dim=1)[:, None], 0.0)  # a query without neighbours: zero attention
 
     def _dropout_multiplier(self, drop_keys: torch.Tensor, q_n: int, k: int, epoch: int, like: torch.Tensor

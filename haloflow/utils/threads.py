@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ import torch
 __all__ = ["follow_torch_threads", "cores_here", "ThreadBudget", "ThreadGovernor", "read_cpu_ticks"]
 
 _POOL_STARTED = False
+_FOLLOWED: dict[int, int] = {}  # thread id -> torch's count numba was last set to there (numba's count is per thread)
 
 
 @numba.njit(parallel=True, cache=True)
@@ -43,14 +45,18 @@ def _start_pool(x):  # pragma: no cover - compiled
 
 def follow_torch_threads() -> None:
     global _POOL_STARTED
+    threads = torch.get_num_threads()
+    me = threading.get_ident()
+    if _FOLLOWED.get(me) == threads:  # the common case, ~1 us (numba.get_num_threads alone took ~40 us a call)
+        return
     if not _POOL_STARTED:
-        threads = torch.get_num_threads()
         _start_pool(np.zeros(1))
         torch.set_num_threads(threads)
         _POOL_STARTED = True
-    n = max(1, min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS))
+    n = max(1, min(threads, numba.config.NUMBA_NUM_THREADS))
     if numba.get_num_threads() != n:
         numba.set_num_threads(n)
+    _FOLLOWED[me] = threads
 
 
 def cores_here() -> int:
