@@ -175,7 +175,7 @@ class TemporalAttention(nn.Module):
 
     def folded(self, s_q: torch.Tensor, t_q: torch.Tensor, memory: torch.Tensor, nbr_row: torch.Tensor,
                nbr_feat: torch.Tensor, nbr_phi: torch.Tensor, mask: torch.Tensor, drop_keys: torch.Tensor, epoch: int,
-               w_after: torch.Tensor) -> torch.Tensor:
+               w_after: torch.Tensor, query_pos: torch.Tensor | None = None) -> torch.Tensor:
         """``forward(cat([s_q, t_q for every query], 1), kv, ...) @ w_after.T`` with the weights multiplied first,
         ``kv = cat([memory[nbr_row], nbr_feat, nbr_phi], 2)`` read in place by the fused core (never built).
 
@@ -191,9 +191,14 @@ class TemporalAttention(nn.Module):
         forward's 110M multiply-adds (and twice as many in the backward) are saved, for products of the weights
         alone that cost 12M.
 
+        ``query_pos`` lets queries share a state row: ``s_q`` then holds U distinct rows and query i reads row
+        ``query_pos[i]``, so the query-side product runs over U rows, not Q (TGN's queries repeat nodes: on
+        Wikipedia 296 distinct of 600 a batch).
+
         Shapes:
-            s_q (Q, Ds);  t_q (Dq - Ds,);  memory (n, M);  nbr_row int64 (Q, k);  nbr_feat (Q, k, F);
-            nbr_phi (Q, k, T);  mask, drop_keys as in ``forward``;  w_after (D, Dq)  ->  (Q, D).
+            s_q (Q, Ds), or (U, Ds) with query_pos int64 (Q,) in [0, U);  t_q (Dq - Ds,);  memory (n, M);
+            nbr_row int64 (Q, k);  nbr_feat (Q, k, F);  nbr_phi (Q, k, T);  mask, drop_keys as in ``forward``;
+            w_after (D, Dq)  ->  (Q, D).
         """
         q_n, k = mask.shape
         h, dq, ds = self.heads, self.w_q.out_features, s_q.shape[1]
@@ -206,7 +211,8 @@ class TemporalAttention(nn.Module):
         q_shared = (F.linear(t_q, w_qt, self.w_q.bias) * scale).view(h, 1, dh)  # (H, 1, Dh)
         a = torch.bmm(w_qs.view(h, dh, ds).transpose(1, 2), w_k) * scale  # (H, Ds, Dk)
         c = torch.bmm(q_shared, w_k)  # (H, 1, Dk)
-        q_in = torch.addmm(c.reshape(-1), s_q, a.transpose(0, 1).reshape(ds, h * dk)).view(q_n, h, dk)  # (Q, H, Dk)
+        q_in = torch.addmm(c.reshape(-1), s_q, a.transpose(0, 1).reshape(ds, h * dk))  # (Q or U, H*Dk)
+        q_in = (q_in if query_pos is None else q_in.index_select(0, query_pos)).view(q_n, h, dk)  # (Q, H, Dk)
         probs, x_bar = attend(q_in, memory, nbr_row, nbr_feat, nbr_phi, mask,
                               self._dropout_multiplier(drop_keys, q_n, k, epoch, s_q))
         g = (w_after @ self.w_o.weight).view(d_out, h, dh).transpose(0, 1)  # (H, D, Dh): w_after W_o,h
@@ -332,7 +338,8 @@ class TGNBatch:
     Shapes:
         event_ids, src, dst, neg int64 (B,);  t float64 (B,);  edge_feat float32 (B, F);
         node_ids int64 (n,) ascending, distinct: every node whose state row the batch reads;
-        query_row int64 (3B,): rows of [src; dst; neg];  nbr_row int64 (3B, k) (0 on padding);
+        query_row int64 (3B,): rows of [src; dst; neg];  query_nodes int64 (U,) its distinct rows, ascending, and
+        query_pos int64 (3B,) with query_row = query_nodes[query_pos];  nbr_row int64 (3B, k) (0 on padding);
         nbr_dt float32 (3B, k) query time - neighbour event time;  nbr_mask bool (3B, k);
         nbr_feat float32 (3B, k, F);  epoch: key of the dropout masks.
     """
@@ -345,6 +352,8 @@ class TGNBatch:
     edge_feat: torch.Tensor
     node_ids: torch.Tensor
     query_row: torch.Tensor
+    query_nodes: torch.Tensor
+    query_pos: torch.Tensor
     nbr_row: torch.Tensor
     nbr_dt: torch.Tensor
     nbr_mask: torch.Tensor
@@ -393,11 +402,14 @@ def make_tgn_batch(events: TemporalEvents, event_ids: np.ndarray, neg: np.ndarra
     else:
         edge_feat = np.zeros((b, 0), dtype=np.float32)
         nbr_feat = np.zeros((3 * b, num_neighbors, 0), dtype=np.float32)
+    query_row = np.searchsorted(node_ids, q_nodes)  # (3B,)
+    query_nodes, query_pos = np.unique(query_row, return_inverse=True)  # (U,), (3B,)
     as_t = torch.from_numpy
     return TGNBatch(
         event_ids=as_t(eids), src=as_t(src), dst=as_t(dst), neg=as_t(neg), t=as_t(t),
         edge_feat=as_t(np.ascontiguousarray(edge_feat, dtype=np.float32)), node_ids=as_t(node_ids),
-        query_row=as_t(np.searchsorted(node_ids, q_nodes)), nbr_row=as_t(nbr_row), nbr_dt=as_t(nbr_dt),
+        query_row=as_t(query_row), query_nodes=as_t(query_nodes), query_pos=as_t(query_pos.reshape(-1)),
+        nbr_row=as_t(nbr_row), nbr_dt=as_t(nbr_dt),
         nbr_mask=as_t(nb.mask), nbr_feat=as_t(np.ascontiguousarray(nbr_feat, dtype=np.float32)), epoch=epoch,
     )
 
@@ -456,7 +468,8 @@ class TGN(nn.Module):
         Shapes:
             memory (n, M) -> (3B, D).
         """
-        s_q = memory.index_select(0, batch.query_row)  # (3B, M); index_select: its backward is one index_add
+        # the queries' memory rows once per distinct node (U of 3B; index_select: its backward is one index_add)
+        s_u = memory.index_select(0, batch.query_nodes)  # (U, M)
         zero = torch.cos(self.time_enc.b)  # (T,) = phi(0) = cos(0 w + b), the queries' time part
         q_n, k = batch.nbr_row.shape
         # (3B, k, T); with memory[nbr_row] and nbr_feat, the neighbours' input; zeros on padding (never read)
@@ -467,9 +480,10 @@ class TGN(nn.Module):
         # and its attention part folded into the attention's weights (TemporalAttention.folded)
         first, act, last = self.merge
         w_att, w_state = first.weight.split([self.config.query_dim, self.config.memory_dim], dim=1)
-        att = self.attention.folded(s_q, zero, memory, batch.nbr_row, batch.nbr_feat, phi, batch.nbr_mask, keys,
-                                    batch.epoch, w_att)  # (3B, D)
-        return last(act(att + F.linear(s_q, w_state, first.bias)))  # (3B, D)
+        att = self.attention.folded(s_u, zero, memory, batch.nbr_row, batch.nbr_feat, phi, batch.nbr_mask, keys,
+                                    batch.epoch, w_att, query_pos=batch.query_pos)  # (3B, D)
+        state = F.linear(s_u, w_state, first.bias).index_select(0, batch.query_pos)  # (3B, D)
+        return last(act(att + state))  # (3B, D)
 
     def decode(self, z_src: torch.Tensor, z_dst: torch.Tensor) -> torch.Tensor:
         """Link logits. Shapes: (B, D), (B, D) -> (B,)."""

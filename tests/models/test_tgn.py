@@ -135,6 +135,8 @@ def test_make_tgn_batch_numbers_nodes_and_samples_strictly_earlier():
     np.testing.assert_array_equal(b.nbr_feat.numpy()[nb.mask], ev.edge_feat[nb.eids[nb.mask]])
     assert (b.nbr_feat[~b.nbr_mask] == 0).all()
     assert torch.equal(b.node_ids, torch.unique(b.node_ids))  # ascending, distinct
+    assert torch.equal(b.query_nodes, torch.unique(b.query_row)) and torch.equal(b.query_nodes[b.query_pos],
+                                                                               b.query_row)
 
 
 # --------------------------------------------------------------------------------------------- semantics
