@@ -262,36 +262,37 @@ def _gru_cell(cell: nn.GRUCell, h: torch.Tensor, other: list[torch.Tensor], phi:
     w_h, *w_other, w_time = cell.weight_ih.split([m, *(o.shape[1] for o in other), phi.shape[1]], dim=1)
     w_hh, b_hh = cell.weight_hh, cell.bias_hh
     w_hc = torch.cat([w_h[:2 * m] + w_hh[:2 * m], w_h[2 * m:], w_hh[2 * m:]])  # (4M, M)
-    b_hc = torch.cat([b_hh[:2 * m], b_hh.new_zeros(m), b_hh[2 * m:]])  # (4M,)
-    hp = F.linear(h, w_hc, b_hc)  # (n, 4M): [r z: gi + gh | n: gi's h part | n: gh]
-    xp = torch.addmm(cell.bias_ih, phi, w_time.t())  # (n, 3M): gi without its h part
+    hp = torch.mm(h, w_hc.t())  # (n, 4M): [r z: gi + gh | n: gi's h part | n: gh], biases in xp and the gates
+    b_x = cell.bias_ih + torch.cat([b_hh[:2 * m], b_hh.new_zeros(m)])  # (3M,) the r and z biases of both
+    xp = torch.addmm(b_x, phi, w_time.t())  # (n, 3M): gi without its h part
     for o, w in zip(other, w_other):
         if o.shape[1]:
-            xp = torch.addmm(xp, o, w.t())
-    return _GRUGates.apply(xp, hp, h, has_mail)
+            xp = xp.addmm_(o, w.t())  # in place: addmm saves its inputs, not its output
+    return _GRUGates.apply(xp, hp, b_hh[2 * m:], h, has_mail)
 
 
 class _GRUGates(torch.autograd.Function):
     """torch's GRU cell from the products of `_gru_cell`, for the rows with mail (the others keep ``h``)::
 
         r, z = sigmoid(xp_rz + hp_rz)                            torch's gate order r, z, n
-        n    = tanh(xp_n + hp_n + r * hp_gh)                     hp = [hp_rz | hp_n | hp_gh]
+        n    = tanh(xp_n + hp_n + r * (hp_gh + b_gh))            hp = [hp_rz | hp_n | hp_gh]
         h'   = (1 - z) n + z h                                   out = h' where has_mail, else h
 
     By hand because autograd's version of these ~8 lines (slices, chunk, where and their zero-filled
     backwards) cost more than the arithmetic: the backward writes one (n, 4M) block, the gradient of ``hp``,
-    whose first 3M columns are the gradient of ``xp``.
+    whose first 3M columns are the gradient of ``xp``. ``b_gh`` (W_hh's n bias, inside the r product) comes in
+    here rather than through the product of h: a bias there is a copy of an (n, 4M) block before the product.
 
     Shapes:
-        xp (n, 3M);  hp (n, 4M);  h (n, M);  has_mail bool (n,)  ->  (n, M).
+        xp (n, 3M);  hp (n, 4M);  b_gh (M,);  h (n, M);  has_mail bool (n,)  ->  (n, M).
     """
 
     @staticmethod
-    def forward(ctx, xp, hp, h, has_mail):
+    def forward(ctx, xp, hp, b_gh, h, has_mail):
         m = h.shape[1]
         rz = torch.add(xp[:, :2 * m], hp[:, :2 * m]).sigmoid_()  # (n, 2M): r | z
         r, z = rz[:, :m], rz[:, m:]
-        gh_n = hp[:, 3 * m:]
+        gh_n = torch.add(hp[:, 3 * m:], b_gh)  # (n, M)
         n = torch.add(xp[:, 2 * m:], hp[:, 2 * m:3 * m]).addcmul_(r, gh_n).tanh_()  # (n, M)
         out = torch.where(has_mail[:, None], torch.lerp(n, h, z), h)
         ctx.save_for_backward(rz, n, gh_n, h, has_mail)
@@ -305,21 +306,22 @@ class _GRUGates(torch.autograd.Function):
         if g.device.type == "cpu" and g.dtype == torch.float32 and g.shape[0]:
             g_hp, g_h = torch.empty(g.shape[0], 4 * m, dtype=g.dtype), torch.empty_like(h)
             follow_torch_threads()
-            _gru_gates_bwd(g.numpy(), rz.numpy(), n.numpy(), gh_n.contiguous().numpy(), h.contiguous().numpy(),
-                           has_mail.numpy(), g_hp.numpy(), g_h.numpy())
+            _gru_gates_bwd(g.numpy(), rz.numpy(), n.numpy(), gh_n.numpy(), h.contiguous().numpy(), has_mail.numpy(),
+                           g_hp.numpy(), g_h.numpy())
         else:  # the same formulas as torch ops (other devices)
             r, z = rz[:, :m], rz[:, m:]
             g_new = g * has_mail[:, None]  # rows without mail pass g straight to h
-            g_an = g_new * (1.0 - z) * (1.0 - n * n)  # d/d(xp_n + hp_n + r hp_gh)
+            g_an = g_new * (1.0 - z) * (1.0 - n * n)  # d/d(xp_n + hp_n + r gh_n)
             g_hp = torch.cat([g_an * gh_n * r * (1.0 - r), g_new * (h - n) * z * (1.0 - z), g_an, g_an * r], dim=1)
             g_h = g - g_new + g_new * z
+        g_b = g_hp[:, 3 * m:].sum(0) if ctx.needs_input_grad[2] else None
         return ((g_hp[:, :3 * m] if ctx.needs_input_grad[0] else None), (g_hp if ctx.needs_input_grad[1] else None),
-                (g_h if ctx.needs_input_grad[2] else None), None)
+                g_b, (g_h if ctx.needs_input_grad[3] else None), None)
 
 
 @njit(parallel=True, cache=True)
 def _gru_gates_bwd(g, rz, n, gh_n, h, has_mail, g_hp, g_h):  # pragma: no cover - compiled
-    # one pass over the rows for what autograd did in ~15 (n, M) passes; formulas in _GRUGates
+    # one pass over the rows for what autograd did in ~15 (n, M) passes; formulas in _GRUGates (gh_n with b_gh)
     m = h.shape[1]
     for i in prange(g.shape[0]):
         gr, ghr, gpr, hr, nr, rzr = g[i], g_h[i], g_hp[i], h[i], n[i], rz[i]
