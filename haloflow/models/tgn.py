@@ -378,6 +378,8 @@ class TGNBatch:
         return int(self.event_ids.shape[0])
 
     def to(self, device: torch.device | str) -> TGNBatch:
+        if torch.device(device) == self.node_ids.device:  # built on the host and trained there: nothing to move
+            return self
         moved = {f.name: getattr(self, f.name) for f in fields(self)}
         return TGNBatch(**{k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in moved.items()})
 
@@ -469,11 +471,16 @@ class TGN(nn.Module):
             rows of n nodes -> memory (n, M), last_update float64 (n,).
         """
         has_mail = rows.mail_eid >= 0  # (n,)
-        dt = rows.mail_t - rows.last_update  # (n,) float64: exact before the cast to the encoder's float32
-        phi = self.time_enc(dt, has_mail)  # (n, T); zeros on rows without mail, whose GRU output is dropped
-        # the message [s_v, s_u, e, phi]: s_v is the state itself (no gradient, as s_u and e)
-        memory = _gru_cell(self.memory_updater, rows.memory, [rows.mail_other, rows.mail_feat], phi, has_mail)
-        return memory, torch.where(has_mail, rows.mail_t, rows.last_update)
+        last_update = torch.where(has_mail, rows.mail_t, rows.last_update)
+        parts = [rows.memory, rows.mail_other, rows.mail_feat, rows.mail_t - rows.last_update]  # dt float64: exact
+        mailed = has_mail.nonzero().squeeze(1)  # (n_m,)
+        if mailed.shape[0] < has_mail.shape[0]:  # the cell runs on the rows with mail only (94% on Wikipedia)
+            parts = [x.index_select(0, mailed) for x in parts]
+        h, other, feat, dt = parts
+        # the message [s_v, s_u, e, phi(dt)]: s_v is the state itself (no gradient, as s_u and e)
+        new = _gru_cell(self.memory_updater, h, [other, feat], self.time_enc(dt), torch.ones_like(dt, dtype=torch.bool))
+        memory = new if new.shape[0] == has_mail.shape[0] else rows.memory.index_copy(0, mailed, new)  # (n, M)
+        return memory, last_update
 
     def embed(self, memory: torch.Tensor, batch: TGNBatch) -> torch.Tensor:
         """Embeddings of the 3B queries [src; dst; neg] at their event times.
