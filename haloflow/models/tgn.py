@@ -241,9 +241,9 @@ def _mlp(d_in: int, d_hidden: int, d_out: int) -> nn.Sequential:
     return nn.Sequential(nn.Linear(d_in, d_hidden), nn.ReLU(), nn.Linear(d_hidden, d_out))
 
 
-def _gru_cell(cell: nn.GRUCell, h: torch.Tensor, other: list[torch.Tensor], phi: torch.Tensor,
-              has_mail: torch.Tensor) -> torch.Tensor:
-    """``where(has_mail, cell(cat([h, *other, phi], 1), h), h)`` with the products arranged by input part:
+def _gru_cell(cell: nn.GRUCell, h: torch.Tensor, other: list[torch.Tensor], phi: torch.Tensor) -> torch.Tensor:
+    """``cell(cat([h, *other, phi], 1), h)`` with the products arranged by input part (the caller passes the rows
+    with mail only):
 
     - ``h`` appears twice (the message starts with the node's own memory, and it is the GRU's state), and the r and
       z gates read ``gi + gh`` only as a sum, so their h columns of ``W_ih`` and ``W_hh`` are added first: one
@@ -255,8 +255,7 @@ def _gru_cell(cell: nn.GRUCell, h: torch.Tensor, other: list[torch.Tensor], phi:
     - the gates run in `_GRUGates` (forward and backward by hand).
 
     Shapes:
-        h (n, M);  other: tensors (n, d_i) with M + sum d_i + T = cell.input_size;  phi (n, T);  has_mail bool (n,)
-        -> (n, M).
+        h (n, M);  other: tensors (n, d_i) with M + sum d_i + T = cell.input_size;  phi (n, T)  ->  (n, M).
     """
     m = h.shape[1]
     w_h, *w_other, w_time = cell.weight_ih.split([m, *(o.shape[1] for o in other), phi.shape[1]], dim=1)
@@ -268,15 +267,15 @@ def _gru_cell(cell: nn.GRUCell, h: torch.Tensor, other: list[torch.Tensor], phi:
     for o, w in zip(other, w_other):
         if o.shape[1]:
             xp = xp.addmm_(o, w.t())  # in place: addmm saves its inputs, not its output
-    return _GRUGates.apply(xp, hp, b_hh[2 * m:], h, has_mail)
+    return _GRUGates.apply(xp, hp, b_hh[2 * m:], h)
 
 
 class _GRUGates(torch.autograd.Function):
-    """torch's GRU cell from the products of `_gru_cell`, for the rows with mail (the others keep ``h``)::
+    """torch's GRU cell from the products of `_gru_cell`::
 
         r, z = sigmoid(xp_rz + hp_rz)                            torch's gate order r, z, n
         n    = tanh(xp_n + hp_n + r * (hp_gh + b_gh))            hp = [hp_rz | hp_n | hp_gh]
-        h'   = (1 - z) n + z h                                   out = h' where has_mail, else h
+        h'   = (1 - z) n + z h
 
     By hand because autograd's version of these ~8 lines (slices, chunk, where and their zero-filled
     backwards) cost more than the arithmetic: the backward writes one (n, 4M) block, the gradient of ``hp``,
@@ -284,54 +283,45 @@ class _GRUGates(torch.autograd.Function):
     here rather than through the product of h: a bias there is a copy of an (n, 4M) block before the product.
 
     Shapes:
-        xp (n, 3M);  hp (n, 4M);  b_gh (M,);  h (n, M);  has_mail bool (n,)  ->  (n, M).
+        xp (n, 3M);  hp (n, 4M);  b_gh (M,);  h (n, M)  ->  (n, M).
     """
 
     @staticmethod
-    def forward(ctx, xp, hp, b_gh, h, has_mail):
+    def forward(ctx, xp, hp, b_gh, h):
         m = h.shape[1]
         rz = torch.add(xp[:, :2 * m], hp[:, :2 * m]).sigmoid_()  # (n, 2M): r | z
         r, z = rz[:, :m], rz[:, m:]
         gh_n = torch.add(hp[:, 3 * m:], b_gh)  # (n, M)
         n = torch.add(xp[:, 2 * m:], hp[:, 2 * m:3 * m]).addcmul_(r, gh_n).tanh_()  # (n, M)
-        out = torch.where(has_mail[:, None], torch.lerp(n, h, z), h)
-        ctx.save_for_backward(rz, n, gh_n, h, has_mail)
-        return out
+        ctx.save_for_backward(rz, n, gh_n, h)
+        return torch.lerp(n, h, z)
 
     @staticmethod
     def backward(ctx, g):
-        rz, n, gh_n, h, has_mail = ctx.saved_tensors
+        rz, n, gh_n, h = ctx.saved_tensors
         m = h.shape[1]
         g = g.contiguous()
         if g.device.type == "cpu" and g.dtype == torch.float32 and g.shape[0]:
             g_hp, g_h = torch.empty(g.shape[0], 4 * m, dtype=g.dtype), torch.empty_like(h)
             follow_torch_threads()
-            _gru_gates_bwd(g.numpy(), rz.numpy(), n.numpy(), gh_n.numpy(), h.contiguous().numpy(), has_mail.numpy(),
-                           g_hp.numpy(), g_h.numpy())
+            _gru_gates_bwd(g.numpy(), rz.numpy(), n.numpy(), gh_n.numpy(), h.contiguous().numpy(), g_hp.numpy(),
+                           g_h.numpy())
         else:  # the same formulas as torch ops (other devices)
             r, z = rz[:, :m], rz[:, m:]
-            g_new = g * has_mail[:, None]  # rows without mail pass g straight to h
-            g_an = g_new * (1.0 - z) * (1.0 - n * n)  # d/d(xp_n + hp_n + r gh_n)
-            g_hp = torch.cat([g_an * gh_n * r * (1.0 - r), g_new * (h - n) * z * (1.0 - z), g_an, g_an * r], dim=1)
-            g_h = g - g_new + g_new * z
+            g_an = g * (1.0 - z) * (1.0 - n * n)  # d/d(xp_n + hp_n + r gh_n)
+            g_hp = torch.cat([g_an * gh_n * r * (1.0 - r), g * (h - n) * z * (1.0 - z), g_an, g_an * r], dim=1)
+            g_h = g * z
         g_b = g_hp[:, 3 * m:].sum(0) if ctx.needs_input_grad[2] else None
         return ((g_hp[:, :3 * m] if ctx.needs_input_grad[0] else None), (g_hp if ctx.needs_input_grad[1] else None),
-                g_b, (g_h if ctx.needs_input_grad[3] else None), None)
+                g_b, (g_h if ctx.needs_input_grad[3] else None))
 
 
 @njit(parallel=True, cache=True)
-def _gru_gates_bwd(g, rz, n, gh_n, h, has_mail, g_hp, g_h):  # pragma: no cover - compiled
+def _gru_gates_bwd(g, rz, n, gh_n, h, g_hp, g_h):  # pragma: no cover - compiled
     # one pass over the rows for what autograd did in ~15 (n, M) passes; formulas in _GRUGates (gh_n with b_gh)
     m = h.shape[1]
     for i in prange(g.shape[0]):
-        gr, ghr, gpr, hr, nr, rzr = g[i], g_h[i], g_hp[i], h[i], n[i], rz[i]
-        if not has_mail[i]:
-            for c in range(m):
-                ghr[c] = gr[c]
-            for c in range(4 * m):
-                gpr[c] = 0.0
-            continue
-        ghn = gh_n[i]
+        gr, ghr, gpr, hr, nr, rzr, ghn = g[i], g_h[i], g_hp[i], h[i], n[i], rz[i], gh_n[i]
         for c in range(m):
             r, z, nv = rzr[c], rzr[m + c], nr[c]
             an = gr[c] * (np.float32(1.0) - z) * (np.float32(1.0) - nv * nv)
@@ -474,12 +464,13 @@ class TGN(nn.Module):
         last_update = torch.where(has_mail, rows.mail_t, rows.last_update)
         parts = [rows.memory, rows.mail_other, rows.mail_feat, rows.mail_t - rows.last_update]  # dt float64: exact
         mailed = has_mail.nonzero().squeeze(1)  # (n_m,)
-        if mailed.shape[0] < has_mail.shape[0]:  # the cell runs on the rows with mail only (94% on Wikipedia)
+        every = mailed.shape[0] == has_mail.shape[0]
+        if not every:  # the cell runs on the rows with mail only (94% on Wikipedia); the others keep their memory
             parts = [x.index_select(0, mailed) for x in parts]
         h, other, feat, dt = parts
         # the message [s_v, s_u, e, phi(dt)]: s_v is the state itself (no gradient, as s_u and e)
-        new = _gru_cell(self.memory_updater, h, [other, feat], self.time_enc(dt), torch.ones_like(dt, dtype=torch.bool))
-        memory = new if new.shape[0] == has_mail.shape[0] else rows.memory.index_copy(0, mailed, new)  # (n, M)
+        new = _gru_cell(self.memory_updater, h, [other, feat], self.time_enc(dt))
+        memory = new if every else rows.memory.index_copy(0, mailed, new)  # (n, M)
         return memory, last_update
 
     def embed(self, memory: torch.Tensor, batch: TGNBatch) -> torch.Tensor:

@@ -78,11 +78,11 @@ def _sin_cos(a):  # pragma: no cover - compiled
     s, c = _sin_cos_poly(r)
     # with a = r + q pi/2:  q = 0, 1, +-2, -1:  cos(a) = c, -s, -c, s;  sin(a) = s, c, -s, -c
     odd = q * q == np.float32(1.0)
-    half = q * q == np.float32(4.0)
+    opposite = q * q == np.float32(4.0)  # q = +-2
     cos_v = s if odd else c
     sin_v = c if odd else s
-    cos_v = -cos_v if (q == np.float32(1.0) or half) else cos_v
-    sin_v = -sin_v if (q == np.float32(-1.0) or half) else sin_v
+    cos_v = -cos_v if (q == np.float32(1.0) or opposite) else cos_v
+    sin_v = -sin_v if (q == np.float32(-1.0) or opposite) else sin_v
     return sin_v, cos_v
 
 
