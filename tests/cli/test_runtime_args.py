@@ -151,13 +151,12 @@ def test_two_nodes_train_as_one_and_recover_from_a_killed_rank_without_a_traceba
     one = subprocess.run([sys.executable, "-m", "haloflow", *map(str, train), "--nproc", "2", "--save",
                           tmp_path / "one.pt"], capture_output=True, text=True, cwd=REPO, env=ENV, timeout=240)
     assert one.returncode == 0, one.stderr[-3000:]
-    _, err = two_nodes(tmp_path, "plain", *train, "--save", tmp_path / "two.pt")
-    assert "Traceback" not in err and "frame #" not in err, err  # nor C++ stack frames of the rendezvous store
-    assert_equal(weights(tmp_path / "one.pt"), weights(tmp_path / "two.pt"))
-    # rank 1 killed at epoch 7: both nodes restart from epoch 6's checkpoint and end with the same weights
+    # on two nodes, rank 1 killed at epoch 7: both nodes restart from epoch 6's checkpoint and end with the one-node
+    # run's weights (a fault-free two-node run is not run as well: this one trains as one through the restart too)
     out, err = two_nodes(tmp_path, "fault", *train, "--save", tmp_path / "fault.pt", "--checkpoint-dir",
                          tmp_path / "ckpt", "--checkpoint-every", 3, "--max-restarts", 1, "--fail-at", 7,
                          "--fail-rank", 1)
+    # no traceback: neither Python's, nor C++ stack frames of the rendezvous store, nor a stale attempt's gloo mesh
     assert "Traceback" not in err and "connectFullMesh" not in err and "frame #" not in err, err
     assert "rank 1: --fail-at 7: killing this rank (a testing aid)\n" in err
     assert re.search(r"resumed after epoch\s+6\b", out), out

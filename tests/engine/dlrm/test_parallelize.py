@@ -117,7 +117,7 @@ STEPS = 60  # the 200 steps of the issue's command: tests/engine/dlrm/test_train
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("nproc", [4])  # K = 2 against K = 1 and 4: tests/engine/dlrm/test_train.py
+@pytest.mark.parametrize("nproc", [4])  # K = 2: tests/engine/dlrm/test_train.py
 def test_the_synthetic_log_matches_the_single_process_at_every_step(nproc, one_process_losses):
     # float64: in float32 the layouts part for good once a ReLU input lies within rounding of zero (step 129
     # on the 2-core CI machine), a property of float32, not of the engine; see engine/dlrm/parallelize.
