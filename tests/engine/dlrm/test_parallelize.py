@@ -113,11 +113,11 @@ def one_process_losses():
         return parity.synthetic_losses(STEPS, None)
 
 
-STEPS = 60  # the 200 steps of the command: tests/engine/dlrm/test_train.py, at K = 1, 2 and 4
+STEPS = 60  # the 200 steps of the command: tests/engine/dlrm/test_train.py, at K = 1 and 2
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("nproc", [4])  # K = 2: tests/engine/dlrm/test_train.py
+@pytest.mark.parametrize("nproc", [4])  # K = 2: tests/engine/dlrm/test_train.py, 200 steps through the CLI
 def test_the_synthetic_log_matches_the_single_process_at_every_step(nproc, one_process_losses):
     # float64: in float32 the layouts part for good once a ReLU input lies within rounding of zero (step 129
     # on the 2-core CI machine), a property of float32, not of the engine; see engine/dlrm/parallelize.
