@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[1]
 # only loses its place in this list.
 LONG_FIRST = (
     "tests/test_readme.py::test_readme_blocks_run",  # 221 s
-    "tests/engine/dlrm/test_train.py::test_k_1_and_2_agree_at_every_one_of_200_steps_in_float64",  # 68 s
+    "tests/engine/dlrm/test_train.py::test_k_1_and_2_agree_at_every_one_of_200_steps_in_float64",  # 41 s
     "tests/cli/test_recovery.py::test_dlrm_resumes_at_another_size_and_recovers_from_a_killed_rank",  # 63 s
     "tests/cli/test_recovery.py::test_gcn_resumes_at_another_size_and_recovers_from_a_killed_rank",  # 61 s
     "tests/bench/test_contention.py::test_a_tiny_run_prints_the_table_and_writes_every_row",  # 43 s

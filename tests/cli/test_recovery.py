@@ -29,7 +29,7 @@ QUIET = ["--no-progress", "--log-every", "1000"]
 GCN = ["train", "gcn", "--lr", "0.05", "--hidden", "8", *QUIET]
 DLRM = ["train", "dlrm", "--synthetic", "--synthetic-max-rows", "50", "--synthetic-train", "640",
         "--synthetic-val", "64", "--batch-size", "32", "--embedding-dim", "4", "--bottom-mlp", "8", "--top-mlp", "8",
-        "--max-eval-batches", "1", "--epochs", "3", "--max-steps", "40", *QUIET]  # 20 steps an epoch
+        "--max-eval-batches", "1", "--epochs", "3", "--max-steps", "40", *QUIET]  # --max-steps stops it
 
 
 def haloflow(*argv, timeout: float = 240) -> subprocess.CompletedProcess:

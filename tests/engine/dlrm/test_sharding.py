@@ -84,7 +84,7 @@ def test_exchanges_overlap_the_bottom_mlp_forward_and_backward(monkeypatch):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("k", [4])  # 4 ranks cut every table that K = 2 cuts, and more finely
+@pytest.mark.parametrize("k", [4])  # mixed_plan(4): the sharding kinds of K = 2's, and ranks that own no TW/CW shard
 def test_shards_are_built_in_place_with_the_single_process_values(tmp_path, k):
     """No rank allocates a table it does not own: its embedding storage is exactly the plan's shards for it, and
     the shards gathered together are the single-process tables bit for bit."""
