@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parents[1]
 # ones instead of leaving one worker alone at the end (seconds alone on the 2-core VM, 2026-12-02). A renamed test
 # only loses its place in this list.
 LONG_FIRST = (
-    "tests/test_readme.py::test_readme_blocks_run",  # 221 s
+    "tests/test_readme.py::test_readme_blocks_run",  # 239 s
     "tests/engine/dlrm/test_train.py::test_k_1_and_2_agree_at_every_one_of_200_steps_in_float64",  # 41 s
     "tests/cli/test_recovery.py::test_dlrm_resumes_at_another_size_and_recovers_from_a_killed_rank",  # 63 s
     "tests/cli/test_recovery.py::test_gcn_resumes_at_another_size_and_recovers_from_a_killed_rank",  # 61 s
