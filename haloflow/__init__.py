@@ -49,8 +49,8 @@ _LAZY = {
     "load_partition": "haloflow.partition.format",
     "plan_tables": "haloflow.partition.planner.planner",
     **lazy_names(),  # every family's train_<name>, config and result (haloflow/engine/families.py)
-    "CheckpointConfig": "haloflow.engine.checkpoint",
-    "RuntimeConfig": "haloflow.engine.runtime",
+    "CheckpointConfig": "haloflow.engine.run_config",
+    "RuntimeConfig": "haloflow.engine.run_config",
 }
 __all__ += list(_LAZY)
 __getattr__ = lazy_getattr(__name__, _LAZY)

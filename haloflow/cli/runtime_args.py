@@ -18,6 +18,7 @@ forwarded a Ctrl-C or SIGTERM to the job (``launch.JobStopped``), where the run 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import signal
@@ -26,8 +27,9 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from haloflow.engine.families import FAMILIES
 from haloflow.engine.launch import JobStopped, NodeLayout, launch_torchrun
-from haloflow.engine.runtime import expect_parts as _expect_parts
+from haloflow.engine.run_config import expect_parts as _expect_parts
 from haloflow.errors import ConfigError, HaloflowError
 
 __all__ = ["add_launch_arguments", "relaunch_if_asked", "launch_or_train", "folder_parts"]
@@ -155,10 +157,12 @@ def _report_failure(notes: Path, nproc: int, max_restarts: int, status: int) -> 
     return status
 
 
-def launch_or_train(args: argparse.Namespace, config, train, parts: Callable[[], tuple[int, str]] | None = None) -> int:
+def launch_or_train(args: argparse.Namespace, config, family: str,
+                    parts: Callable[[], tuple[int, str]] | None = None) -> int:
     """What every ``haloflow train MODEL`` does after parsing: with ``--nproc K``, check K against what ``parts``
-    says the input was made for (before any process starts) and relaunch; otherwise ``train(config)`` here and
-    print its summary table on rank 0."""
+    says the input was made for (before any process starts) and relaunch; otherwise train ``family`` (a name in
+    ``engine/families.py``) here and print its summary table on rank 0. The trainer and torch are imported only
+    then: a launcher checks and relaunches without them."""
     _check_restarts(args, config)
     nodes = _nodes(args)
     if args.nproc is not None and parts is not None:
@@ -167,7 +171,7 @@ def launch_or_train(args: argparse.Namespace, config, train, parts: Callable[[],
     status = relaunch_if_asked(args)
     if status is not None:
         return status
-    result = train(config)
+    result = _entry_point(family)(config)
     if result.rank == 0:
         print(result.summary())
         from haloflow.cli.outputs_written import outputs_written
@@ -175,6 +179,11 @@ def launch_or_train(args: argparse.Namespace, config, train, parts: Callable[[],
         if written := outputs_written(config):  # where the JSON log, the checkpoints and --save went
             print(written)
     return 0
+
+
+def _entry_point(family: str) -> Callable:
+    entry = FAMILIES[family]
+    return getattr(importlib.import_module(entry.train_module), entry.entry_point)
 
 
 def folder_parts(folder: str) -> Callable[[], tuple[int, str]]:

@@ -38,10 +38,8 @@ def config_from_args(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
-    from haloflow.engine.dlrm.train import train_dlrm
-
     config = config_from_args(args)  # checks the arguments before any process starts
-    return launch_or_train(args, config, train_dlrm, None if config.plan is None else
+    return launch_or_train(args, config, "dlrm", None if config.plan is None else
                            lambda: (_plan_parts(config.plan), f"plan {config.plan}"))
 
 

@@ -41,10 +41,9 @@ def config_from_args(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
-    from haloflow.engine.gcn.train import train_gcn
     from haloflow.errors import ConfigError
 
     config = config_from_args(args)  # validate here, before starting any process
     if args.nproc is not None and config.partitions is None:
         raise ConfigError("--nproc needs --partitions DIR (one rank per part); --dataset runs in one process")
-    return launch_or_train(args, config, train_gcn, folder_parts(config.partitions))
+    return launch_or_train(args, config, "gcn", folder_parts(config.partitions))

@@ -42,8 +42,6 @@ def config_from_args(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
-    from haloflow.engine.tgn.train import train_tgn
-
     config = config_from_args(args)
     parts = None if config.partitions is None else folder_parts(config.partitions)
-    return launch_or_train(args, config, train_tgn, parts)
+    return launch_or_train(args, config, "tgn", parts)

@@ -46,10 +46,10 @@ from typing import TypeVar
 import torch
 import torch.distributed as dist
 
+from haloflow.engine.run_config import CheckpointConfig
 from haloflow.errors import CheckpointError, ConfigError, DistributedError, HaloflowError, OutputError
 from haloflow.utils.atomic import atomic_write_text, reporting_full_disk
 from haloflow.utils.checksum import crc32_file
-from haloflow.utils.config_flags import option
 
 __all__ = ["CheckpointConfig", "Piece", "Checkpointer", "LoadedCheckpoint", "open_checkpoint", "newest",
            "restart_count", "cpu_state", "FORMAT"]
@@ -73,50 +73,6 @@ def restart_count() -> int:
         return int(os.environ.get(RESTART_ENV, "0"))
     except ValueError:
         return 0
-
-
-@dataclass(frozen=True, kw_only=True)
-class CheckpointConfig:
-    """Where and how often a run saves itself, where it resumes from, and (for tests) where it crashes.
-
-    Args:
-        dir: write checkpoints here (``--checkpoint-dir``); None: none are written.
-        every: save after every this many epochs (GCN) or steps (DLRM), and always at the end; 0: at the end only.
-        keep: how many of the newest checkpoints to keep.
-        resume: start from a checkpoint (``--resume``): a checkpoint folder, or a checkpoint dir (its newest).
-        fail_at / fail_rank: a testing aid: rank ``fail_rank`` kills itself (SIGKILL) on reaching step or epoch
-            ``fail_at`` (counted from 1), in the first attempt only.
-    """
-
-    dir: Path | None = option(None, "--checkpoint-dir", metavar="DIR", help="save checkpoints here (model, "
-                              "optimizer, RNG, position; in global terms, so any number of ranks can resume them)")
-    every: int = option(0, "--checkpoint-every", metavar="N", means="at the end only",
-                        help="save every N epochs (GCN) or steps (DLRM), and at the end")
-    keep: int = option(2, "--checkpoint-keep", metavar="M", help="keep the newest M")
-    resume: Path | None = option(None, metavar="DIR", help="continue from the newest checkpoint in DIR (or from "
-                                 "the checkpoint folder DIR), at any number of ranks")
-    fail_at: int | None = option(None, metavar="STEP", help="testing aid: rank --fail-rank kills itself (SIGKILL) "
-                                 "on reaching epoch or step STEP (from 1), in the first attempt only")
-    fail_rank: int = option(0, metavar="R", help="the rank --fail-at kills")
-
-    def __post_init__(self) -> None:
-        for name in ("dir", "resume"):
-            if getattr(self, name) is not None:
-                object.__setattr__(self, name, Path(getattr(self, name)))
-        if self.every < 0:
-            raise ConfigError(f"checkpoint every must be >= 0, got {self.every}", field="every")
-        if self.keep < 1:
-            raise ConfigError(f"checkpoint keep must be >= 1, got {self.keep}", field="keep")
-        if self.every and self.dir is None:
-            raise ConfigError("checkpoint every needs a checkpoint dir to write to", field="dir")
-        if self.dir is not None and self.dir.exists() and not self.dir.is_dir():
-            raise ConfigError(f"checkpoint dir {self.dir} is a file; expected a folder", field="dir")
-        if self.resume is not None and not self.resume.is_dir():
-            raise ConfigError(f"{self.resume}: no such checkpoint folder", field="resume")
-        if self.fail_at is not None and self.fail_at < 1:
-            raise ConfigError(f"fail at must be >= 1, got {self.fail_at}", field="fail_at")
-        if self.fail_rank < 0:
-            raise ConfigError(f"fail rank must be >= 0, got {self.fail_rank}", field="fail_rank")
 
 
 @dataclass

@@ -33,31 +33,11 @@ import torch.distributed as dist
 from torch import nn
 
 from haloflow.engine.comm import CommStats, wait_work
-from haloflow.errors import ConfigError
-from haloflow.utils.config_flags import hidden, option
+from haloflow.engine.run_config import GradSyncConfig
 
 __all__ = ["GradSyncConfig", "BucketedGradSync", "chunk_sizes", "sync_bytes"]
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, kw_only=True)
-class GradSyncConfig:
-    """Args:
-        bucket_bytes: largest bucket; 1 MiB keeps a few buckets for GCN-sized weights, so the first can fly
-            while backward computes the rest (DDP's 25 MiB default would put all of GCN in one bucket).
-        min_buckets: cut the weights into at least this many buckets where parameters allow (a lone parameter
-            is never split): with one bucket, nothing would launch before backward ends.
-    """
-
-    bucket_bytes: int = option(1 << 20, help="largest weight-gradient bucket")
-    min_buckets: int = hidden(2, why="a property of the overlap, not of a run")
-
-    def __post_init__(self) -> None:
-        if self.bucket_bytes <= 0:
-            raise ConfigError(f"bucket_bytes must be > 0, got {self.bucket_bytes}", field="bucket_bytes")
-        if self.min_buckets < 1:
-            raise ConfigError(f"min_buckets must be >= 1, got {self.min_buckets}", field="min_buckets")
 
 
 def chunk_sizes(n: int, k: int) -> list[int]:

@@ -146,7 +146,7 @@ def launch_torchrun(
         JobStopped: this process got SIGINT or SIGTERM while waiting (from the main thread); the job was given
             the same signal and is gone.
     """
-    from haloflow.utils.threads import cores_here  # affinity (taskset, cpusets), not os.cpu_count
+    from haloflow.utils.cores import cores_here  # affinity (taskset, cpusets), not os.cpu_count
 
     cmd = torchrun_command(nproc, target, max_restarts=max_restarts, report=report, nodes=nodes)
     threads = threads_per_rank or os.environ.get("OMP_NUM_THREADS") or max(1, cores_here() // nproc)

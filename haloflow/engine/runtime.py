@@ -33,11 +33,11 @@ import torch.distributed as dist
 
 from haloflow._malloc import malloc_policy
 from haloflow._openmp import wait_policy
-from haloflow.engine.checkpoint import CheckpointConfig, Checkpointer
+from haloflow.engine.checkpoint import Checkpointer
 from haloflow.engine.comm import register_peers
+from haloflow.engine.run_config import DEVICES, RuntimeConfig, expect_parts
 from haloflow.errors import ConfigError
 from haloflow.utils.atomic import atomic_output, open_stream, reporting_full_disk
-from haloflow.utils.config_flags import nested, option
 from haloflow.utils.progress import progress_bar
 from haloflow.utils.threads import ThreadBudget, ThreadGovernor, cores_here, follow_torch_threads
 
@@ -45,8 +45,6 @@ __all__ = [
     "DEVICES", "ParallelLayout", "expect_parts", "resolve_device", "init_from_env", "shutdown", "RuntimeConfig", "Runtime",
     "MetricsLog", "Reporter", "TrainResult", "save_atomic", "to_device", "synchronize",
 ]
-
-DEVICES = ("auto", "cpu", "cuda")
 
 log = logging.getLogger(__name__)
 
@@ -89,14 +87,6 @@ class ParallelLayout:
     def expect_parts(self, parts: int, source: str) -> None:
         """Raise unless ``source`` (a partition folder, a plan) was made for this many processes."""
         expect_parts(parts, self.world_size, source)
-
-
-def expect_parts(parts: int, world_size: int, source: str) -> None:
-    """The one check of a partition's or plan's K against the number of processes, with the fix in the message."""
-    if parts != world_size:
-        raise ConfigError(
-            f"{source} has {parts} parts but {world_size} process{'es' if world_size > 1 else ''} "
-            f"run: start {parts} (--nproc {parts}, or torchrun --nproc-per-node {parts})", field="nproc")
 
 
 def _env_int(name: str, default: int) -> int:
@@ -208,52 +198,6 @@ def shutdown(*, barrier: bool = True) -> None:
             dist.barrier()
         dist.destroy_process_group()
     gc.collect()
-
-
-# ------------------------------------------------------------------------------------------------ the runtime
-@dataclass(frozen=True, kw_only=True)
-class RuntimeConfig:
-    """What every trainer shares: where it runs, how long a peer may be silent, and what it reports.
-
-    Args:
-        device: "auto" (CUDA when present, else CPU), "cpu" or "cuda"; rank r uses CUDA device LOCAL_RANK.
-        timeout_s: how long a collective waits for a peer before raising (a dead rank is an error, not a hang).
-        log_jsonl: rank 0 writes one JSON object per epoch or logging step here (``--log-jsonl``), each line
-            flushed as it comes (``tail -f`` follows it; a failed run keeps the lines so far). An existing file
-            is truncated; a FIFO or a device is written through.
-        progress: draw a progress bar (only when stderr is a terminal).
-        log_every: when no bar shows, print a line every this many epochs or steps (0: about ten lines a run).
-        checkpoint: where and how often to save, and where to resume from (``engine/checkpoint.py``).
-        adapt_threads: between units, use fewer threads while other processes keep the cores busy, and go back
-            up when they leave (``utils/threads.ThreadGovernor``); off by default, since threaded reductions round
-            by the thread count and the run is then no longer bit-for-bit repeatable.
-    """
-
-    device: str = option("auto", choices=DEVICES, means="CUDA when present",
-                         help="where each rank computes (rank r uses GPU LOCAL_RANK)")
-    timeout_s: float = option(120.0, "--timeout", metavar="S",
-                              help="seconds a rank waits for a silent peer before failing")
-    log_jsonl: str | Path | None = option(None, metavar="FILE",
-                                          help="rank 0 writes one JSON object per epoch / logging step")
-    progress: bool = option(True, "--no-progress", negate=True, help="no progress bar")
-    log_every: int = option(0, metavar="N", means="about ten lines a run",
-                            help="without a progress bar, print a line every N epochs or steps")
-    checkpoint: CheckpointConfig = nested(CheckpointConfig, "checkpoints and recovery")
-    adapt_threads: bool = option(False, help="use fewer threads while other processes keep the cores busy "
-                                             "(results then round by the thread count of the moment)")
-
-    def __post_init__(self) -> None:
-        if self.device not in DEVICES:
-            raise ConfigError(f"device must be one of {DEVICES}, got {self.device!r}", field="device")
-        if not (self.timeout_s > 0 and math.isfinite(self.timeout_s)):
-            raise ConfigError(f"timeout_s must be a finite number > 0, got {self.timeout_s}", field="timeout_s")
-        if self.log_every < 0:
-            raise ConfigError(f"log_every must be >= 0, got {self.log_every}", field="log_every")
-        if self.log_jsonl is not None:
-            path = Path(self.log_jsonl)
-            object.__setattr__(self, "log_jsonl", path)
-            if path.is_dir():  # found now, not after training
-                raise ConfigError(f"log_jsonl {path} is a folder; expected a file name to write", field="log_jsonl")
 
 
 class Runtime:

@@ -28,13 +28,13 @@ Shapes:
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from haloflow.errors import ConfigError
+from haloflow.models.config import CONVS, MAX_LAYERS, GCNConfig
 from haloflow.models.aggregate import Aggregator
 from haloflow.models.dropout import keyed_dropout
 
@@ -42,60 +42,7 @@ __all__ = ["GCNConfig", "GCN", "gcn_loss", "CONVS", "MAX_LAYERS"]
 
 log = logging.getLogger(__name__)
 
-CONVS = ("gcn", "sage")
-MAX_LAYERS = 1024  # deeper than the deepest GCNs trained (RevGNN's 1,001 layers); a million would take minutes to build
 _STREAMS = 2  # dropout key = layer * _STREAMS + stream; stream 1 = layer 0's aggregated input (GraphSAGE)
-
-
-@dataclass(frozen=True, kw_only=True)
-class GCNConfig:
-    """Architecture of a `GCN`. Defaults are Kipf & Welling's Cora setting (FACTS.md)."""
-
-    in_dim: int
-    out_dim: int
-    hidden_dim: int = 16
-    num_layers: int = 2
-    dropout: float = 0.5
-    conv: str = "gcn"  # "gcn" | "sage" (GraphSAGE-mean: h W_self + mean_neigh(h) W_neigh)
-    seed: int = 0  # dropout key and weight init
-    precompute_first: bool = True  # layer 0 aggregates the constant input once; its dropout then acts on A X
-
-    def __post_init__(self) -> None:
-        for name in ("in_dim", "out_dim", "hidden_dim", "num_layers"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"GCNConfig.{name} must be >= 1, got {getattr(self, name)}")
-        if self.num_layers > MAX_LAYERS:
-            raise ConfigError(f"GCNConfig.num_layers must be <= {MAX_LAYERS:,}, got {self.num_layers:,}")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ConfigError(f"GCNConfig.dropout must be in [0, 1), got {self.dropout}")
-        if self.conv not in CONVS:
-            raise ConfigError(f"GCNConfig.conv must be one of {CONVS}, got {self.conv!r}")
-        if self.seed < 0:
-            raise ConfigError(f"GCNConfig.seed must be >= 0, got {self.seed}")
-
-    @property
-    def norm(self) -> str:
-        """The aggregation the conv expects: "gcn" (symmetric, self-loop) or "mean"."""
-        return "gcn" if self.conv == "gcn" else "mean"
-
-    @property
-    def dims(self) -> list[int]:
-        return [self.in_dim] + [self.hidden_dim] * (self.num_layers - 1) + [self.out_dim]
-
-    def min_training_bytes(self, num_rows: int, optimizer_slots: int = 2) -> int:
-        """A lower bound on the memory one training step holds on ``num_rows`` rows (inner + halo): float32
-        weights with their gradients and ``optimizer_slots`` state tensors each (Adam: 2), and per layer the
-        (rows, width) input that backward keeps plus the output. What autograd really keeps is more, so a run
-        that this bound says cannot fit surely cannot."""
-        d, mats = self.dims, 2 if self.conv == "sage" else 1
-        weights = sum(mats * a * b + b for a, b in zip(d[:-1], d[1:]))
-        activations = sum(num_rows * (a + b) for a, b in zip(d[:-1], d[1:]))
-        return 4 * (weights * (2 + optimizer_slots) + activations)
-
-    def transform_first(self, layer: int) -> bool:
-        """Whether layer ``layer`` multiplies by its weight before aggregating (never the precomputed layer 0)."""
-        d = self.dims
-        return (layer > 0 or not self.precompute_first) and d[layer + 1] < d[layer]
 
 
 class GCN(nn.Module):

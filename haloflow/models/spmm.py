@@ -56,13 +56,10 @@ import torch
 from numba import njit, prange
 
 from haloflow.errors import ConfigError
+from haloflow.models.config import DEFAULT_KERNEL, KERNELS
 from haloflow.utils.threads import follow_torch_threads
 
 __all__ = ["SparseOperator", "KERNELS", "DEFAULT_KERNEL", "csr_transpose"]
-
-KERNELS = ("numba", "torch")
-DEFAULT_KERNEL = "torch"  # faster at every GCN width in the 2026-12-02 runs (module docstring)
-
 
 @njit(parallel=True, cache=True)
 def _csr_spmm_kernel(indptr, indices, values, x, out):  # pragma: no cover - compiled

@@ -53,6 +53,7 @@ from torch import nn
 from haloflow.data.temporal import TemporalEvents
 from haloflow.data.temporal_sampler import TemporalCSR
 from haloflow.errors import ConfigError
+from haloflow.models.config import TGNConfig
 from haloflow.models.dropout import dropout_mask
 from haloflow.models.tgn_attention import attend
 from haloflow.models.tgn_memory import MemoryRows, MemoryUpdate
@@ -71,46 +72,6 @@ __all__ = [
     "tgn_batch_loss",
     "tgn_messages",
 ]
-
-
-@dataclass(frozen=True, kw_only=True)
-class TGNConfig:
-    """Architecture of a `TGN`. Defaults follow PyG's TGN example (FACTS.md: the paper uses M = 172)."""
-
-    memory_dim: int = 100  # the paper sets 172, the width of Wikipedia's edge features
-    time_dim: int = 100
-    embedding_dim: int = 100
-    edge_feat_dim: int = 0  # F; 0 when the stream has no edge features
-    num_neighbors: int = 10  # k most recent neighbours in the attention layer
-    heads: int = 2
-    dropout: float = 0.1  # on the attention weights (TGN's nn.MultiheadAttention setting)
-    learn_time: bool = True  # TGN trains w and b of the time encoding
-    seed: int = 0  # weight init and dropout key
-
-    def __post_init__(self) -> None:
-        for name in ("memory_dim", "time_dim", "embedding_dim", "heads"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"TGNConfig.{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("edge_feat_dim", "num_neighbors", "seed"):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"TGNConfig.{name} must be >= 0, got {getattr(self, name)}")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ConfigError(f"TGNConfig.dropout must be in [0, 1), got {self.dropout}")
-        if self.query_dim % self.heads:
-            raise ConfigError(f"TGNConfig: memory_dim + time_dim = {self.memory_dim} + {self.time_dim} = "
-                              f"{self.query_dim} must be divisible by heads = {self.heads}")
-
-    @property
-    def query_dim(self) -> int:
-        return self.memory_dim + self.time_dim
-
-    @property
-    def key_dim(self) -> int:
-        return self.memory_dim + self.edge_feat_dim + self.time_dim
-
-    @property
-    def message_dim(self) -> int:
-        return 2 * self.memory_dim + self.edge_feat_dim + self.time_dim
 
 
 class TimeEncoder(nn.Module):

@@ -14,7 +14,8 @@ Because the runtime is shared, numba's first parallel kernel sets the OpenMP thr
 threads on 2 cores). ``follow_torch_threads()`` starts the pool once, gives torch its count back, and caps
 numba's kernels at torch's count; call it before a parallel kernel (cheap after the first call).
 
-``ThreadBudget`` is the arithmetic said at start-up: ranks on this machine x threads each against its cores.
+``ThreadBudget`` (``cores.py``) is the arithmetic said at start-up: ranks on this machine x threads each against
+its cores.
 ``ThreadGovernor`` (``--adapt-threads``) lowers the thread count while other processes keep the cores busy.
 """
 
@@ -25,11 +26,12 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import numba
 import numpy as np
 import torch
+
+from haloflow.utils.cores import ThreadBudget, cores_here
 
 __all__ = ["follow_torch_threads", "cores_here", "ThreadBudget", "ThreadGovernor", "read_cpu_ticks"]
 
@@ -57,48 +59,6 @@ def follow_torch_threads() -> None:
     if numba.get_num_threads() != n:
         numba.set_num_threads(n)
     _FOLLOWED[me] = threads
-
-
-def cores_here() -> int:
-    """Cores this process may run on (its affinity mask: ``taskset`` and cpusets count, unlike os.cpu_count)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # not Linux
-        return os.cpu_count() or 1
-
-
-@dataclass(frozen=True)
-class ThreadBudget:
-    """``ranks`` processes on this machine, ``threads`` compute threads each, ``cores`` to run them on.
-
-    More threads than cores is oversubscription: the ranks' OpenMP barriers then wait for threads the scheduler
-    has parked, and a step can take several times as long as with fewer threads.
-    """
-
-    ranks: int
-    threads: int
-    cores: int
-
-    @property
-    def total(self) -> int:
-        return self.ranks * self.threads
-
-    @property
-    def oversubscribed(self) -> bool:
-        return self.total > self.cores
-
-    def describe(self) -> str:
-        """``"2 ranks x 1 thread = 2 threads on 2 cores"``."""
-        return (f"{_count(self.ranks, 'rank')} x {_count(self.threads, 'thread')} = "
-                f"{_count(self.total, 'thread')} on {_count(self.cores, 'core')}")
-
-    def advice(self) -> str:
-        """What to change when oversubscribed (empty otherwise)."""
-        if not self.oversubscribed:
-            return ""
-        fit = max(1, self.cores // self.ranks)
-        return (f"{self.ranks} x {self.threads} = {self.total} threads > {self.cores} cores: set OMP_NUM_THREADS="
-                f"{fit} (cores // ranks), or start fewer ranks")
 
 
 def read_cpu_ticks(cpus: frozenset[int]) -> tuple[int, int]:
@@ -161,7 +121,3 @@ class ThreadGovernor:
         torch.set_num_threads(want)
         follow_torch_threads()
         return want
-
-
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}{'s' if n != 1 else ''}"

@@ -5,7 +5,9 @@
   last checkpoint, exits 130 and keeps the `--log-jsonl` file; SIGTERM prints one line and exits 143;
 * two torchrun agents meeting at a c10d rendezvous on 127.0.0.1 (`--nnodes 2`) train the model one node's
   `--nproc 2` trains, bit for bit, and recover from a killed rank (`--max-restarts 1`) without a traceback;
-* the multi-node flags' mistakes are one line each.
+* the multi-node flags' mistakes are one line each;
+* the launcher parses, checks and starts the job without importing torch (its ranks do): every family's command
+  line is validated torch-free, and the one-node run above is started by a launcher that reports its modules.
 """
 
 import json
@@ -28,6 +30,9 @@ from tests.engine.scripts.common import small_dataset
 
 GCN = ["train", "gcn", "--lr", "0.05", "--hidden", "8", "--no-progress", "--log-every", "1000"]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+# `python -m haloflow ARGV` that says on its last stderr line whether the process imported torch
+TELLS_TORCH = ("import sys; from haloflow.cli import main; status = main(sys.argv[1:]); "
+               "print('torch imported:', 'torch' in sys.modules, file=sys.stderr); sys.exit(status)")
 
 
 @pytest.fixture(scope="module")
@@ -148,9 +153,10 @@ def assert_equal(a: dict, b: dict) -> None:
 @pytest.mark.slow
 def test_two_nodes_train_as_one_and_recover_from_a_killed_rank_without_a_traceback(tmp_path, parts):
     train = [*GCN, "--partitions", parts, "--epochs", 10]
-    one = subprocess.run([sys.executable, "-m", "haloflow", *map(str, train), "--nproc", "2", "--save",
+    one = subprocess.run([sys.executable, "-c", TELLS_TORCH, *map(str, train), "--nproc", "2", "--save",
                           tmp_path / "one.pt"], capture_output=True, text=True, cwd=REPO, env=ENV, timeout=240)
     assert one.returncode == 0, one.stderr[-3000:]
+    assert one.stderr.splitlines()[-1] == "torch imported: False", one.stderr[-3000:]  # the launcher: only its ranks
     # on two nodes, rank 1 killed at epoch 7: both nodes restart from epoch 6's checkpoint and end with the one-node
     # run's weights (a fault-free two-node run is not run as well: this one trains as one through the restart too)
     out, err = two_nodes(tmp_path, "fault", *train, "--save", tmp_path / "fault.pt", "--checkpoint-dir",
@@ -190,3 +196,20 @@ def test_the_ranks_command_line_drops_launch_flags_also_when_abbreviated():
     assert rank_argv == ["train", "gcn", "--dataset", "d", "--epochs", "3", "--max-restarts", "1"]
     rank = build_parser("train").parse_args(rank_argv)
     assert (rank.nproc, rank.nnodes, rank.node_rank, rank.rdzv_endpoint) == (None, 1, 0, None)
+
+
+def test_the_launcher_checks_every_family_s_command_line_without_torch(tmp_path, parts):
+    """Each family's flags are parsed and its config validated (up to the check that comes last before torchrun
+    starts) in a process that never imports torch: the launcher's ~3 s of CPU for torch's import would be paid
+    before every job, beside the ranks' own."""
+    events = tmp_path / "events.csv"
+    events.write_text("u,i,ts,label\n0,1,1.0,0\n")
+    argvs = ([*GCN, "--partitions", parts], ["train", "tgn", "--events", events, "--partitions", parts],
+             ["train", "dlrm", "--synthetic"])
+    for prelude, argv in [("", a) for a in argvs] + [("import torch; ", argvs[-1])]:  # the last: the control
+        run = subprocess.run([sys.executable, "-c", prelude + TELLS_TORCH, *map(str, argv), "--nproc", "2",
+                              "--max-restarts", "1"], capture_output=True, text=True, cwd=REPO, env=ENV, timeout=60)
+        assert run.returncode == 2, run.stderr
+        assert run.stderr.splitlines() == ["haloflow train: error: --max-restarts needs --checkpoint-dir: a restart "
+                                           "continues from the last checkpoint",
+                                           f"torch imported: {bool(prelude)}"], run.stderr

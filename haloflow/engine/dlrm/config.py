@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from haloflow.data.paths import check_output_parent
-from haloflow.engine.runtime import RuntimeConfig
+from haloflow.engine.run_config import RuntimeConfig
 from haloflow.errors import ConfigError
 from haloflow.utils.config_flags import follows, nested, option
 

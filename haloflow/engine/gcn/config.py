@@ -1,4 +1,5 @@
-"""`GCNTrainConfig`: everything a GCN training run needs, validated once at construction."""
+"""`GCNTrainConfig`: everything a GCN training run needs, validated once at construction (no torch: the launcher
+checks a command line with it before any rank starts); `HaloConfig`, its halo exchange's (``parallelize.py``)."""
 
 from __future__ import annotations
 
@@ -7,17 +8,48 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from haloflow.data.paths import check_output_parent
-from haloflow.engine.gcn.parallelize import HaloConfig
-from haloflow.engine.grad_sync import GradSyncConfig
-from haloflow.engine.runtime import RuntimeConfig
+from haloflow.engine.run_config import SCHEDULES, GradSyncConfig, RuntimeConfig
 from haloflow.errors import ConfigError
-from haloflow.models.gcn import CONVS, MAX_LAYERS, GCNConfig
-from haloflow.models.spmm import DEFAULT_KERNEL, KERNELS
+from haloflow.models.config import CONVS, DEFAULT_KERNEL, KERNELS, MAX_LAYERS, GCNConfig
 from haloflow.utils.config_flags import hidden, nested, option
 
-__all__ = ["GCNTrainConfig", "OPTIMIZERS"]
+__all__ = ["GCNTrainConfig", "HaloConfig", "OPTIMIZERS"]
 
 OPTIMIZERS = ("adam", "sgd")
+
+
+@dataclass(frozen=True, kw_only=True)
+class HaloConfig:
+    """How halos are exchanged during training.
+
+    Args:
+        staleness: 0 = exact; 1 = use the previous epoch's halo features and gradients (PipeGCN).
+        halo_keep: fraction p of halo rows kept per training epoch (BNS-GCN); 1.0 = all (exact).
+        seed: key of the halo sampling (together with the epoch).
+        schedule: "overlap" (start the exchange, compute the inner rows, then wait) or "wait_first" (wait before
+            any inner compute, in forward and backward): the control that ``haloflow bench gcn-dist`` times against
+            the overlapped schedule; both give the same numbers.
+    """
+
+    staleness: int = option(0, help="1: use the previous epoch's halos (PipeGCN)")
+    halo_keep: float = option(1.0, help="< 1: sample halo rows (BNS-GCN)")
+    seed: int = hidden(0, why="the trainer's seed (GCN: --seed)")
+    schedule: str = hidden("overlap", why="the control `haloflow bench gcn-dist` times the overlap against")
+
+    def __post_init__(self) -> None:
+        if self.staleness not in (0, 1):
+            raise ConfigError(f"staleness must be 0 (exact) or 1 (previous epoch's halos), got {self.staleness}",
+                              field="staleness")
+        if not 0.0 < self.halo_keep <= 1.0:
+            raise ConfigError(f"halo_keep must be in (0, 1], got {self.halo_keep}", field="halo_keep")
+        if self.staleness and self.halo_keep < 1.0:
+            raise ConfigError("choose one approximation: staleness=1 or halo_keep < 1, not both", field="staleness")
+        if self.schedule not in SCHEDULES:
+            raise ConfigError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}", field="schedule")
+
+    @property
+    def exact(self) -> bool:
+        return self.staleness == 0 and self.halo_keep == 1.0
 
 
 @dataclass(frozen=True, kw_only=True)

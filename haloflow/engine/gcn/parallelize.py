@@ -29,7 +29,6 @@ weights and a consistent part, (2) build the aggregator over the part, (3) hook 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
@@ -40,53 +39,17 @@ from torch import nn
 from haloflow.engine.comm import CommStats, all_gather_rows
 from haloflow.engine.gcn.halo import HaloExchange, HaloSelection
 from haloflow.engine.gcn.halo_stale import StaleHalo
-from haloflow.engine.grad_sync import BucketedGradSync, GradSyncConfig
-from haloflow.engine.runtime import expect_parts
+from haloflow.engine.gcn.config import HaloConfig
+from haloflow.engine.grad_sync import BucketedGradSync
+from haloflow.engine.run_config import GradSyncConfig, expect_parts
 from haloflow.errors import ConfigError, DistributedError
 from haloflow.models.aggregate import add_diagonal, normalized_values, self_loop_values
 from haloflow.models.spmm import DEFAULT_KERNEL, SparseOperator
 from haloflow.partition.types import GraphPart
-from haloflow.utils.config_flags import hidden, option
 
-__all__ = ["SCHEDULES", "HaloConfig", "HaloAggregator", "ParallelGCN", "parallelize_gcn", "split_part_operators"]
-
-SCHEDULES = ("overlap", "wait_first")
+__all__ = ["HaloConfig", "HaloAggregator", "ParallelGCN", "parallelize_gcn", "split_part_operators"]
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, kw_only=True)
-class HaloConfig:
-    """How halos are exchanged during training.
-
-    Args:
-        staleness: 0 = exact; 1 = use the previous epoch's halo features and gradients (PipeGCN).
-        halo_keep: fraction p of halo rows kept per training epoch (BNS-GCN); 1.0 = all (exact).
-        seed: key of the halo sampling (together with the epoch).
-        schedule: "overlap" (start the exchange, compute the inner rows, then wait) or "wait_first" (wait before
-            any inner compute, in forward and backward): the control that ``haloflow bench gcn-dist`` times against
-            the overlapped schedule; both give the same numbers.
-    """
-
-    staleness: int = option(0, help="1: use the previous epoch's halos (PipeGCN)")
-    halo_keep: float = option(1.0, help="< 1: sample halo rows (BNS-GCN)")
-    seed: int = hidden(0, why="the trainer's seed (GCN: --seed)")
-    schedule: str = hidden("overlap", why="the control `haloflow bench gcn-dist` times the overlap against")
-
-    def __post_init__(self) -> None:
-        if self.staleness not in (0, 1):
-            raise ConfigError(f"staleness must be 0 (exact) or 1 (previous epoch's halos), got {self.staleness}",
-                              field="staleness")
-        if not 0.0 < self.halo_keep <= 1.0:
-            raise ConfigError(f"halo_keep must be in (0, 1], got {self.halo_keep}", field="halo_keep")
-        if self.staleness and self.halo_keep < 1.0:
-            raise ConfigError("choose one approximation: staleness=1 or halo_keep < 1, not both", field="staleness")
-        if self.schedule not in SCHEDULES:
-            raise ConfigError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}", field="schedule")
-
-    @property
-    def exact(self) -> bool:
-        return self.staleness == 0 and self.halo_keep == 1.0
 
 
 def split_part_operators(part: GraphPart, norm: str, kernel: str = DEFAULT_KERNEL) -> tuple[SparseOperator, SparseOperator]:

@@ -7,15 +7,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from haloflow.data.paths import check_output_parent
-from haloflow.engine.runtime import RuntimeConfig
+from haloflow.engine.run_config import SCHEDULES, RuntimeConfig
 from haloflow.errors import ConfigError
-from haloflow.models.tgn import TGNConfig
+from haloflow.models.config import TGNConfig
 from haloflow.utils.config_flags import hidden, nested, option
 
 __all__ = ["TGNTrainConfig", "SCHEDULES"]
-
-SCHEDULES = ("overlap", "wait_first")
-
 
 @dataclass(frozen=True, kw_only=True)
 class TGNTrainConfig:
