@@ -18,7 +18,6 @@ forwarded a Ctrl-C or SIGTERM to the job (``launch.JobStopped``), where the run 
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import os
 import signal
@@ -182,8 +181,9 @@ def launch_or_train(args: argparse.Namespace, config, family: str,
 
 
 def _entry_point(family: str) -> Callable:
-    entry = FAMILIES[family]
-    return getattr(importlib.import_module(entry.train_module), entry.entry_point)
+    import haloflow.engine  # its lazy names include every family's train_<name> (families.lazy_names)
+
+    return getattr(haloflow.engine, FAMILIES[family].entry_point)
 
 
 def folder_parts(folder: str) -> Callable[[], tuple[int, str]]:

@@ -12,7 +12,8 @@ from haloflow.errors import ConfigError
 from haloflow.models.config import TGNConfig
 from haloflow.utils.config_flags import hidden, nested, option
 
-__all__ = ["TGNTrainConfig", "SCHEDULES"]
+__all__ = ["TGNTrainConfig"]
+
 
 @dataclass(frozen=True, kw_only=True)
 class TGNTrainConfig:
