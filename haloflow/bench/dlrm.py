@@ -6,6 +6,12 @@
    ids and offsets prepared ahead like a data loader would), in the same run, timed in alternating rounds so
    both see the same machine load; both start from the same weights and their losses are checked equal.
    Target: haloflow >= 0.95x plain.
+   TorchRec's DLRM under ``DistributedModelParallel`` (one gloo rank, fused SGD in the tables' backward) runs in
+   the same rounds as a peer process under its own torch (``haloflow/bench/peers/torchrec_dlrm.py``, built by
+   ``bash scripts/setup_peers.sh torchrec``; ``--torchrec-python`` points elsewhere, ``''`` leaves it out). It
+   gets the batches and the initial weights through files in a temporary folder, steps on request and times
+   itself, so the pipe is not counted; its warm-up losses are compared with the plain run's.
+   Target: haloflow >= 1.05x TorchRec.
 2. K = 2 and 4 ranks (torchrun, gloo): the sharded DLRM on a plan from the planner; every step's bytes per
    rank must equal ``predict_step_bytes`` for the plan and the batch; throughput reported.
 
@@ -24,19 +30,30 @@ import json
 import os
 import statistics
 import sys
+import tempfile
 import time
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch import nn
 
+from haloflow.bench.peer import PeerProcess, default_peer_python
 from haloflow.data.clicks import ClickLogConfig, ClickLogGenerator
+from haloflow.data.jagged import ClickBatch
 from haloflow.engine.runtime import shutdown
 from haloflow.engine.launch import launch_torchrun
 from haloflow.models.dlrm import DLRM, DLRMConfig, EmbeddingTables, dlrm_loss
 from haloflow.utils.atomic import atomic_write_text
 
 TARGET = 0.95
+TORCHREC_TARGET = 1.05  # the issue's: haloflow >= 1.05x TorchRec 1.9 DMP, one process
+# TorchRec's fused SGD adds a row's gradients up before the update, ours applies them one occurrence at a time:
+# the same math, float32 rounding apart.
+TORCHREC_LOSS_RTOL = 1e-4
+NOT_INSTALLED = "torchrec: not installed (bash scripts/setup_peers.sh torchrec)"
 
 
 # ----------------------------------------------------------------------------------- the plain peer
@@ -84,11 +101,59 @@ def plain_inputs(sparse):
     return [sparse.values[bounds[t]:bounds[t + 1]] for t in range(T)], [starts[t] for t in range(T)]
 
 
+# -------------------------------------------------------------------------------- the TorchRec peer
+def torchrec_python(flag: str | None) -> Path | None:
+    """``--torchrec-python``: None looks for the peer ``setup_peers.sh`` builds, '' leaves TorchRec out."""
+    if flag is None:
+        return default_peer_python("torchrec")
+    if flag == "":
+        return None
+    if not Path(flag).exists():
+        raise FileNotFoundError(f"--torchrec-python {flag}: no such file; expected the Python of the venv that "
+                                "`bash scripts/setup_peers.sh torchrec` builds, or '' to leave TorchRec out")
+    return Path(flag)
+
+
+def write_peer_inputs(folder: Path, model: DLRM, batches: list[ClickBatch]) -> dict:
+    """Tables, MLPs and batches in the layout of ``peers/torchrec_dlrm.py``'s docstring; returns the setup."""
+    (folder / "tables").mkdir()
+    for t, bag in enumerate(model.embeddings.tables):  # one .npy a table: the peer memory-maps them
+        np.save(folder / "tables" / f"C{t + 1}.npy", bag.weight.detach().cpu().numpy())
+    linears = {name: [m for m in mlp if isinstance(m, nn.Linear)] for name, mlp in (("bottom", model.bottom),
+                                                                                    ("top", model.top))}
+    np.savez(folder / "mlp.npz", **{f"{name}.{i}.{k}": getattr(lin, k).detach().cpu().numpy()
+                                    for name, layers in linears.items() for i, lin in enumerate(layers)
+                                    for k in ("weight", "bias")})
+    values = [b.sparse.values.cpu().numpy() for b in batches]
+    np.savez(folder / "batches.npz",
+             dense=torch.stack([b.dense for b in batches]).cpu().numpy(),  # (N, B, 13)
+             labels=torch.stack([b.labels for b in batches]).cpu().numpy(),  # (N, B)
+             lengths=torch.stack([b.sparse.lengths.reshape(-1) for b in batches]).cpu().numpy(),  # (N, T*B)
+             values=np.concatenate(values), value_offsets=np.cumsum([0] + [len(v) for v in values]))
+    config = model.config
+    return {"folder": str(folder), "table_sizes": list(config.table_sizes), "dim": config.embedding_dim,
+            "dense_in": config.num_dense, "bottom": [*config.bottom_mlp, config.embedding_dim],
+            "top": [*config.top_mlp, 1]}
+
+
+@contextmanager
+def torchrec_peer(python: Path, model: DLRM, batches: list[ClickBatch], threads: int) -> Iterator[PeerProcess]:
+    """The TorchRec peer, set up from ``model``'s weights; its input folder goes when the peer does."""
+    with tempfile.TemporaryDirectory(prefix="haloflow-torchrec-") as folder:
+        setup = write_peer_inputs(Path(folder), model, batches)
+        with PeerProcess(python, "torchrec_dlrm", {**setup, "lr": 0.1, "threads": threads}, threads=threads) as peer:
+            yield peer
+
+
 # ------------------------------------------------------------------------------------ one process
-def single_process(args, sizes) -> dict:
+Runner = Callable[[int, int], tuple[float, list[float]]]  # steps on batches lo..hi-1 -> (seconds, losses)
+
+
+def single_process(args, sizes, torchrec: Path | None = None) -> dict:
     """haloflow's DLRM with SGD fused into the tables' backward (``EmbeddingTables(fused_sgd_lr=...)``, TorchRec's
     fused-optimizer style), the same model through autograd's sparse gradients and ``torch.optim.SGD`` (the path
-    of earlier releases), and the plain peer: the same batches and weights, rounds in rotating order."""
+    of earlier releases), the plain peer and, with ``torchrec`` (the peer's Python), TorchRec's DMP in a peer
+    process: the same batches and weights, rounds in rotating order."""
     dev = torch.device(args.device)
     gen = ClickLogGenerator(ClickLogConfig(max_rows=args.max_rows or None, seed=0))
     batches = [b.to(dev) for b in gen.batches(args.batch_size, args.steps + args.warmup)]
@@ -114,33 +179,68 @@ def single_process(args, sizes) -> dict:
         opt.step()
         return loss.detach()
 
-    names = list(opts)
+    def local(name) -> Runner:
+        def run(lo, hi):
+            t0 = time.perf_counter()
+            losses = [step(name, batches[i], plain_batches[i]) for i in range(lo, hi)]
+            if dev.type == "cuda":
+                torch.cuda.synchronize()  # the clock stops when the device has finished
+            return time.perf_counter() - t0, [float(x) for x in losses]  # read after the clock stops
+        return run
+
+    runs: dict[str, Runner] = {name: local(name) for name in opts}
+    with ExitStack() as stack:
+        info = None
+        if torchrec is not None:
+            peer = stack.enter_context(torchrec_peer(torchrec, model, batches, args.threads))
+            info = peer.info
+
+            def remote(lo, hi):  # the peer's own clock: the pipe and the JSON are not counted
+                reply = peer.call("steps", lo=lo, hi=hi)
+                return reply["seconds"], reply["losses"]
+            runs["torchrec"] = remote
+        losses, rates, chunk = race(runs, args)
+
+    def agree(name, tol):  # within tol of the plain run, step for step
+        return all(abs(a - b) <= tol * max(1.0, abs(b)) for a, b in zip(losses[name], losses["plain"]))
+
+    def ratio(name, ref="plain"):  # the median of per-round ratios
+        return statistics.median(a / b for a, b in zip(rates[name], rates[ref]))
+
+    result = {"haloflow_samples_per_s": statistics.median(rates["haloflow"]),
+              "autograd_samples_per_s": statistics.median(rates["haloflow-autograd"]),
+              "plain_samples_per_s": statistics.median(rates["plain"]), "ratio": ratio("haloflow"),
+              "autograd_ratio": ratio("haloflow-autograd"), "target": TARGET,
+              "meets_target": ratio("haloflow") >= TARGET,
+              "warmup_losses_equal": agree("haloflow", 1e-5) and agree("haloflow-autograd", 1e-5),
+              "torchrec_samples_per_s": None, "ratio_vs_torchrec": None, "torchrec_target": TORCHREC_TARGET,
+              "meets_torchrec_target": None, "torchrec_losses_equal": None, "torchrec_info": info,
+              "warmup_losses": losses, "rounds": args.rounds, "steps_per_round": chunk}
+    if "torchrec" in runs:
+        result.update(torchrec_samples_per_s=statistics.median(rates["torchrec"]),
+                      ratio_vs_torchrec=ratio("haloflow", "torchrec"),
+                      meets_torchrec_target=ratio("haloflow", "torchrec") >= TORCHREC_TARGET,
+                      torchrec_losses_equal=agree("torchrec", TORCHREC_LOSS_RTOL))
+    return result
+
+
+def race(runs: dict[str, Runner], args) -> tuple[dict[str, list[float]], dict[str, list[float]], int]:
+    """Warm-up steps one at a time (losses kept), then ``args.rounds`` timed rounds of ``steps // rounds`` steps,
+    each contestant in turn, the order rotating. Returns (warm-up losses, samples/s per round, steps per round)."""
+    names = list(runs)
     losses = {name: [] for name in names}
-    for i in range(args.warmup):  # same batches, same weights: the three must agree step for step
+    for i in range(args.warmup):  # same batches, same weights: every contestant must agree step for step
         for name in names:
-            losses[name].append(float(step(name, batches[i], plain_batches[i])))
-    same = all(abs(a - b) <= 1e-5 * max(1.0, abs(b)) for name in names[:2]
-               for a, b in zip(losses[name], losses["plain"]))
+            losses[name] += runs[name](i, i + 1)[1]
     rates = {name: [] for name in names}
     chunk = max(1, args.steps // args.rounds)
     for r in range(args.rounds):  # rotate, so a burst of load on the shared machine hits every contestant
         lo = args.warmup + r * chunk
-        for name in names[r % 3:] + names[:r % 3]:
-            t0 = time.perf_counter()
-            for i in range(lo, lo + chunk):
-                step(name, batches[i], plain_batches[i])
-            if dev.type == "cuda":
-                torch.cuda.synchronize()  # the clock stops when the device has finished
-            rates[name].append(chunk * args.batch_size / (time.perf_counter() - t0))
-
-    def ratio(name):  # the median of per-round ratios against the peer
-        return statistics.median(a / b for a, b in zip(rates[name], rates["plain"]))
-
-    return {"haloflow_samples_per_s": statistics.median(rates["haloflow"]),
-            "autograd_samples_per_s": statistics.median(rates["haloflow-autograd"]),
-            "plain_samples_per_s": statistics.median(rates["plain"]), "ratio": ratio("haloflow"),
-            "autograd_ratio": ratio("haloflow-autograd"), "target": TARGET, "meets_target": ratio("haloflow") >= TARGET,
-            "warmup_losses_equal": same, "rounds": args.rounds, "steps_per_round": chunk}
+        shift = r % len(names)
+        for name in names[shift:] + names[:shift]:
+            seconds, _ = runs[name](lo, lo + chunk)
+            rates[name].append(chunk * args.batch_size / seconds)
+    return losses, rates, chunk
 
 
 # ------------------------------------------------------------------------------------- K ranks
@@ -231,19 +331,23 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
                    help="planner's memory per rank = this x (all tables' bytes / K)")
     p.add_argument("--threads", type=int, default=1,
                    help="torch threads of the one-process runs (each of the K ranks uses one)")
+    p.add_argument("--torchrec-python", default=None, metavar="PATH",
+                   help="Python of the TorchRec peer (default: the venv `bash scripts/setup_peers.sh torchrec` "
+                   "builds, if there); '' leaves TorchRec out")
     p.add_argument("--out", default="bench-results/dlrm.json")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker:
         worker(args)
         return 0
+    torchrec = torchrec_python(args.torchrec_python)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(args.threads)
     sizes = ClickLogConfig(max_rows=args.max_rows or None).sizes
     cap = f"capped at {args.max_rows:,} rows" if args.max_rows else "uncapped"
     print(f"tables: 26 Kaggle cardinalities {cap} ({sum(sizes):,} rows in all), D=16, batch {args.batch_size}, "
           f"one-process runs on {args.device} with {torch.get_num_threads()} torch threads")
-    single = single_process(args, sizes)
+    single = single_process(args, sizes, torchrec)
     dist_results = [launch(args, k) for k in args.ranks]
     print(f"{'run':<22} {'samples/s':>10} {'vs plain':>9}  notes (sharded rows: vs the one-process plain run)")
     print(f"{'plain PyTorch (K=1)':<22} {single['plain_samples_per_s']:>10.0f} {1.0:>9.2f}")
@@ -252,6 +356,15 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
           f"losses equal: {single['warmup_losses_equal']}")
     print(f"{'  autograd sparse path':<22} {single['autograd_samples_per_s']:>10.0f} {single['autograd_ratio']:>9.2f}  "
           "sparse gradients + torch.optim.SGD, as the peer")
+    if single["torchrec_samples_per_s"] is None:
+        print(NOT_INSTALLED if args.torchrec_python is None else "torchrec: left out (--torchrec-python '')")
+    else:
+        tr, kernels = single["torchrec_samples_per_s"], single["torchrec_info"]["sharding"]
+        met = "met" if single["meets_torchrec_target"] else "NOT met"
+        print(f"{'TorchRec DMP (K=1)':<22} {tr:>10.0f} {tr / single['plain_samples_per_s']:>9.2f}  "
+              f"haloflow / TorchRec {single['ratio_vs_torchrec']:.2f}, target >= {TORCHREC_TARGET}: {met}; "
+              f"losses equal: {single['torchrec_losses_equal']}; tables "
+              + ", ".join(f"{kind} x{len(names)}" for kind, names in kernels.items()))
     for r in dist_results:
         print(f"{'sharded K=' + str(r['world_size']):<22} {r['samples_per_s']:>10.0f} "
               f"{r['samples_per_s'] / single['plain_samples_per_s']:>9.2f}  bytes/step/rank "
@@ -261,7 +374,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
               "batch_size": args.batch_size, "single_process": single, "sharded": dist_results}
     out = atomic_write_text(args.out, json.dumps(result, indent=1) + "\n")
     print(f"wrote {out}")
-    ok = single["warmup_losses_equal"] and all(r["bytes_equal_prediction"] for r in dist_results)
+    ok = (single["warmup_losses_equal"] and single["torchrec_losses_equal"] is not False  # None: TorchRec not run
+          and all(r["bytes_equal_prediction"] for r in dist_results))
     return 0 if ok else 1
 
 
