@@ -1,6 +1,6 @@
 """Shared cores: each training step's slowdown under busy co-tenant processes, haloflow's against plain PyTorch's.
 
-    haloflow bench contention [--load 2] [--threads 1 2] [--rounds 5] [--steps 10] [--families gcn dlrm tgn]
+    haloflow bench contention [--load 2] [--threads 1 2] [--rounds 7] [--steps 40] [--families gcn dlrm tgn]
 
 The same GCN, DLRM and TGN steps on both sides (``contention_steps.py``), each side in worker processes of its
 own, one per thread count, so that each side's OpenMP runtime starts as its users' would: haloflow's imports
@@ -267,7 +267,10 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     p.add_argument("--load", type=int, default=2, help="busy co-tenant processes (while True: pass)")
     p.add_argument("--threads", type=int, nargs="+", default=[1, 2], help="thread counts of both sides")
     p.add_argument("--rounds", type=int, default=7, help="rounds, each timing every step quiet and loaded")
-    p.add_argument("--steps", type=int, default=10, help="steps timed per side, family, thread count and round")
+    # 40: three runnable threads on two cores give each a share in the scheduler's slices, so a lone step under
+    # load took either its quiet time or twice it (DLRM 1 thread: 6.7 or 15 ms, 2026-12-04); 10 steps (~60 ms)
+    # caught one or two slices and the 2-vs-1-thread ratio was luck (1.42x in one run, 0.98x with 40 steps)
+    p.add_argument("--steps", type=int, default=40, help="steps timed per side, family, thread count and round")
     p.add_argument("--warmup", type=int, default=3, help="untimed steps per family as a worker starts")
     p.add_argument("--settle", type=float, default=0.4,
                    help="seconds of untimed steps before each timed block, under its load (lets --adapt-threads act)")
