@@ -39,7 +39,8 @@ from haloflow.engine.run_config import DEVICES, RuntimeConfig, expect_parts
 from haloflow.errors import ConfigError
 from haloflow.utils.atomic import atomic_output, open_stream, reporting_full_disk
 from haloflow.utils.progress import progress_bar
-from haloflow.utils.threads import ThreadBudget, ThreadGovernor, cores_here, follow_torch_threads
+from haloflow.utils.threads import (BusyMeter, ThreadBudget, ThreadGovernor, cores_here, fitting_threads,
+                                    follow_torch_threads)
 
 __all__ = [
     "DEVICES", "ParallelLayout", "expect_parts", "resolve_device", "init_from_env", "shutdown", "RuntimeConfig", "Runtime",
@@ -219,6 +220,10 @@ class Runtime:
         self.metrics = MetricsLog(config.log_jsonl if layout.is_main else None)
         threads = torch.get_num_threads()
         self.governor = ThreadGovernor(limit=threads) if config.adapt_threads and threads > 1 else None
+        # Without the governor, start-up is watched once for other processes' load (see `started`). A lone
+        # process only: sibling ranks loading their data would read as others.
+        watch = self.governor is None and threads > 1 and layout.is_main and self.thread_budget.ranks == 1
+        self._startup_load = BusyMeter() if watch else None
 
     @classmethod
     def start(cls, config: RuntimeConfig | None = None, *, join: bool = True, distributed: bool = False) -> "Runtime":
@@ -277,8 +282,20 @@ class Runtime:
                 f"{lay.backend or 'no group'} on {lay.device.type} ({cores_here()} cores here)")
 
     def started(self) -> float:
-        """Mark the end of start-up (group, data, model, first checks); returns the start-up seconds."""
+        """Mark the end of start-up (group, data, model, first checks); returns the start-up seconds.
+
+        When other processes kept the cores busy meanwhile, so that fewer threads than this run's would fit beside
+        them, a warning names ``--adapt-threads``: with fixed threads every parallel region waits for the one the
+        scheduler parks (a step beside two busy processes took 1.5-2.4x its 1-thread time, ``bench contention``).
+        """
         self.startup_s = time.perf_counter() - self._t0
+        meter, self._startup_load = self._startup_load, None
+        if meter is not None and meter.elapsed() >= 0.2:  # shorter, and one busy burst reads as a busy machine
+            others, cores = meter.others(), len(meter.cpus)
+            if fitting_threads(cores, others) < self.threads:
+                log.warning("other processes kept %.1f of %d cores busy during start-up; with %d fixed threads every "
+                            "parallel region waits for whichever the scheduler parks. --adapt-threads runs fewer "
+                            "while they are busy (results then round by the thread count)", others, cores, self.threads)
         return self.startup_s
 
     def reporter(self, *, total: int, unit: str, desc: str, done: int = 0) -> "Reporter":

@@ -33,7 +33,8 @@ import torch
 
 from haloflow.utils.cores import ThreadBudget, cores_here
 
-__all__ = ["follow_torch_threads", "cores_here", "ThreadBudget", "ThreadGovernor", "read_cpu_ticks"]
+__all__ = ["follow_torch_threads", "cores_here", "ThreadBudget", "ThreadGovernor", "BusyMeter", "fitting_threads",
+           "read_cpu_ticks"]
 
 _POOL_STARTED = False
 _FOLLOWED: dict[int, int] = {}  # thread id -> torch's count numba was last set to there (numba's count is per thread)
@@ -93,23 +94,17 @@ class ThreadGovernor:
                  read: Callable[[frozenset[int]], tuple[int, int]] = read_cpu_ticks,
                  clock: Callable[[], float] = time.monotonic, hz: int | None = None):
         self.limit, self.threads, self.every_s = limit, limit, every_s
-        self.cpus = frozenset(os.sched_getaffinity(0)) if cpus is None else cpus
-        self.read, self.clock = read, clock
-        self.hz = hz or os.sysconf("SC_CLK_TCK")
+        self.meter = BusyMeter(cpus=cpus, read=read, clock=clock, hz=hz)
+        self.cpus = self.meter.cpus
         self.others: float | None = None  # cores busy with other processes over the last interval
-        self._last = (self.clock(), *self.read(self.cpus))
         self._pending: int | None = None
 
     def tick(self) -> int | None:
         """Look again if ``every_s`` has passed; returns the new thread count when it changed, else None."""
-        now = self.clock()
-        then, busy0, mine0 = self._last
-        if now - then < self.every_s:
+        if self.meter.elapsed() < self.every_s:
             return None
-        busy, mine = self.read(self.cpus)
-        self._last = (now, busy, mine)
-        self.others = max(0.0, (busy - busy0 - (mine - mine0)) / (self.hz * (now - then)))
-        want = min(self.limit, max(1, math.floor(len(self.cpus) - self.others + 0.25)))
+        self.others = self.meter.others()
+        want = min(self.limit, fitting_threads(len(self.cpus), self.others))
         self.threads = torch.get_num_threads()  # what torch runs now, whoever set it
         if want == self.threads:
             self._pending = None
@@ -121,3 +116,35 @@ class ThreadGovernor:
         torch.set_num_threads(want)
         follow_torch_threads()
         return want
+
+
+def fitting_threads(cores: int, others: float) -> int:
+    """Threads that fit beside ``others`` cores busy with other processes: ``floor(cores - others + 0.25)``, at
+    least 1 (a core three-quarters free still takes a thread)."""
+    return max(1, math.floor(cores - others + 0.25))
+
+
+class BusyMeter:
+    """Cores kept busy by other processes on ``cpus`` since the last look (``/proc/stat`` and ``/proc/self/stat``
+    ticks: all of the cores' busy time less this process's own)."""
+
+    def __init__(self, *, cpus: frozenset[int] | None = None,
+                 read: Callable[[frozenset[int]], tuple[int, int]] = read_cpu_ticks,
+                 clock: Callable[[], float] = time.monotonic, hz: int | None = None):
+        self.cpus = frozenset(os.sched_getaffinity(0)) if cpus is None else cpus
+        self.read, self.clock = read, clock
+        self.hz = hz or os.sysconf("SC_CLK_TCK")
+        self._last = (self.clock(), *self.read(self.cpus))
+
+    def elapsed(self) -> float:
+        """Seconds since the last look."""
+        return self.clock() - self._last[0]
+
+    def others(self) -> float:
+        """Cores busy with other processes since the last look, on average; starts the next interval."""
+        then, busy0, mine0 = self._last
+        now, (busy, mine) = self.clock(), self.read(self.cpus)
+        self._last = (now, busy, mine)
+        if now <= then:
+            return 0.0
+        return max(0.0, (busy - busy0 - (mine - mine0)) / (self.hz * (now - then)))

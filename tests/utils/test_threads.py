@@ -1,12 +1,16 @@
 """utils/threads.py: the ranks x threads arithmetic said at start-up, and numba's kernels kept at torch's count."""
 
+import logging
 import os
+import subprocess
+import sys
+import time
 
 import numba
 import pytest
 import torch
 
-from haloflow.utils.threads import ThreadBudget, ThreadGovernor, cores_here, follow_torch_threads
+from haloflow.utils.threads import ThreadBudget, ThreadGovernor, cores_here, fitting_threads, follow_torch_threads
 
 
 def test_budget_reads_as_the_arithmetic():
@@ -110,3 +114,31 @@ def test_runtime_governs_only_when_asked(two_threads):
         rt.between_units()  # a no-op
     with Runtime.start(RuntimeConfig(progress=False, device="cpu", adapt_threads=True), join=False) as rt:
         assert isinstance(rt.governor, ThreadGovernor) and rt.governor.limit == 2
+
+
+@pytest.mark.parametrize("adapt", [False, True])
+def test_a_start_up_beside_busy_processes_names_adapt_threads_unless_it_is_on(two_threads, caplog, adapt):
+    from haloflow.engine.runtime import Runtime, RuntimeConfig
+
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    try:
+        time.sleep(0.3)  # both spinning: the two cores are theirs
+        with caplog.at_level(logging.WARNING, logger="haloflow.engine.runtime"):
+            config = RuntimeConfig(progress=False, device="cpu", adapt_threads=adapt)
+            with Runtime.start(config, join=False) as rt:
+                time.sleep(0.5)  # the run's start-up (data, model) while they spin
+                rt.started()
+    finally:
+        for proc in spinners:
+            proc.kill()
+            proc.wait()
+    warned = [r.getMessage() for r in caplog.records if "during start-up" in r.getMessage()]
+    if adapt:  # the governor handles it: nothing to advise
+        assert warned == []
+    else:
+        assert len(warned) == 1 and "--adapt-threads" in warned[0] and "of 2 cores busy" in warned[0]
+
+
+def test_threads_that_fit_beside_other_processes():
+    assert [fitting_threads(2, others) for others in (0.0, 0.25, 0.3, 1.5, 2.0)] == [2, 2, 1, 1, 1]
+    assert fitting_threads(16, 3.2) == 13
