@@ -186,6 +186,9 @@ class Checkpointer:
             raise ConfigError(f"fail rank {config.fail_rank} is not one of the {layout.world_size} ranks",
                               field="fail_rank")
         self.source = self._source()
+        # The newest checkpoint this run renamed into place (rank 0): set at the rename, the save's commit point, so
+        # a Ctrl-C in the save's last collective still reports it (the save itself then never returns)
+        self.published: Path | None = None
 
     # ------------------------------------------------------------------------------------------ reading
     def _source(self) -> Path | None:
@@ -329,6 +332,7 @@ class Checkpointer:
         if final.exists():  # the same step saved again (a resumed run passing it): the new one wins
             shutil.rmtree(final)
         os.replace(tmp, final)
+        self.published = final
         ours = sorted(p for p in root.iterdir() if _STEP_DIR.match(p.name) and (p / "manifest.json").is_file())
         for old in ours[:-self.config.keep]:  # only checkpoints: a folder of another name or without a manifest stays
             shutil.rmtree(old, ignore_errors=True)

@@ -205,7 +205,7 @@ def _loop(family: Family, rt: Runtime, ckpt, done: int, total: int) -> float:
                 exported = family.export()
                 last = ckpt.save(index + 1, {**exported.state, "rng": torch.get_rng_state()}, exported.pieces)
     except KeyboardInterrupt:  # Ctrl-C, or the launcher passing it on: say where the run stood
-        raise Interrupted(family.unit, at, last) from None
+        raise Interrupted(family.unit, at, ckpt.published or last) from None
     finally:
         reporter.close()
     synchronize(lay.device)  # the clock reads the device's finished work

@@ -59,6 +59,27 @@ def test_save_points_every_n_and_at_the_end(tmp_path):
     assert manifest["kind"] == "toy" and manifest["step"] == 6 and manifest["identity"] == {"width": 4}
 
 
+def test_ctrl_c_after_a_checkpoint_is_renamed_into_place_still_names_it(tmp_path, monkeypatch):
+    """Ctrl-C can land in a save's last collective, after rank 0 renamed the folder (the save's commit point) but
+    before ``save`` returns: the run's one line must name that checkpoint (seen once in CI as "interrupted at epoch
+    20" with no checkpoint, although step 20 was on disk)."""
+    from haloflow.engine.checkpoint import Checkpointer
+    from haloflow.engine.trainer import Interrupted
+
+    agree = Checkpointer._agree
+
+    def ctrl_c_after_the_rename(self, error, tmp, what):
+        agree(self, error, tmp, what)
+        if what.startswith("checkpoint 6:") and "renaming" in what:
+            raise KeyboardInterrupt  # where SIGINT's handler would raise it
+
+    monkeypatch.setattr(Checkpointer, "_agree", ctrl_c_after_the_rename)
+    with pytest.raises(Interrupted) as stop:
+        train_toy(10, checkpoint=CheckpointConfig(dir=tmp_path, every=3, keep=5))
+    assert stop.value.at == 6 and stop.value.checkpoint == tmp_path / "step-00000006"
+    assert (tmp_path / "step-00000006" / "manifest.json").is_file()
+
+
 def test_nothing_left_to_train_names_the_familys_flag(tmp_path):
     train_toy(4, checkpoint=CheckpointConfig(dir=tmp_path))
     with pytest.raises(ConfigError, match="at step 4, and this run stops at step 4: nothing left to train; give "
