@@ -40,7 +40,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from haloflow.bench.peer import PeerProcess, default_peer_python
+from haloflow.bench.peer import PeerProcess, peer_python_flag
 from haloflow.data.clicks import ClickLogConfig, ClickLogGenerator
 from haloflow.data.jagged import ClickBatch
 from haloflow.engine.runtime import shutdown
@@ -102,18 +102,6 @@ def plain_inputs(sparse):
 
 
 # -------------------------------------------------------------------------------- the TorchRec peer
-def torchrec_python(flag: str | None) -> Path | None:
-    """``--torchrec-python``: None looks for the peer ``setup_peers.sh`` builds, '' leaves TorchRec out."""
-    if flag is None:
-        return default_peer_python("torchrec")
-    if flag == "":
-        return None
-    if not Path(flag).exists():
-        raise FileNotFoundError(f"--torchrec-python {flag}: no such file; expected the Python of the venv that "
-                                "`bash scripts/setup_peers.sh torchrec` builds, or '' to leave TorchRec out")
-    return Path(flag)
-
-
 def write_peer_inputs(folder: Path, model: DLRM, batches: list[ClickBatch]) -> dict:
     """Tables, MLPs and batches in the layout of ``peers/torchrec_dlrm.py``'s docstring; returns the setup."""
     (folder / "tables").mkdir()
@@ -340,7 +328,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     if args.worker:
         worker(args)
         return 0
-    torchrec = torchrec_python(args.torchrec_python)
+    torchrec = peer_python_flag(args.torchrec_python, "torchrec")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(args.threads)
     sizes = ClickLogConfig(max_rows=args.max_rows or None).sizes

@@ -64,7 +64,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from haloflow.bench.peer import PeerProcess, default_peer_python
+from haloflow.bench.peer import PeerProcess, peer_python_flag
 from haloflow.data.graph import CSRGraph
 from haloflow.models import GCN, GCNConfig, KERNELS, LocalAggregator, gcn_loss
 from haloflow.models.spmm import DEFAULT_KERNEL
@@ -313,8 +313,8 @@ def dgl_status(steps: dict, args) -> str:
     if {"dgl", "dgl-nodropout"} & steps.keys():
         return "measured"
     if args.dgl_python is None:
-        return "not installed"
-    return "off (--dgl-python '')" if not args.dgl_python else "skipped"
+        return "off (--dgl-python '')" if args.dgl_off else "not installed"
+    return "skipped"
 
 
 def ratio(times: dict[str, list[float]], a: str, b: str | None) -> float | None:
@@ -375,13 +375,12 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     ap.add_argument("--skip", nargs="*", default=[], help="contestants to leave out, e.g. pyg-edge_index")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=Path("bench-results/gcn.json"))
-    ap.add_argument("--dgl-python", default=default_peer_python("dgl"),
+    ap.add_argument("--dgl-python", default=None, metavar="PATH",
                     help="the DGL peer's Python, used where dgl does not import here (default: the one "
                          "`bash scripts/setup_peers.sh dgl` builds, when built; '' leaves DGL out)")
     args = ap.parse_args(argv)
-    if args.dgl_python and not Path(args.dgl_python).exists():
-        raise FileNotFoundError(f"--dgl-python {args.dgl_python}: no such file; build it with "
-                                f"`bash scripts/setup_peers.sh dgl`, or pass --dgl-python '' to leave DGL out")
+    args.dgl_off = args.dgl_python == ""
+    args.dgl_python = peer_python_flag(args.dgl_python, "dgl")  # a path, or None: not built or left out
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     torch.set_num_threads(args.threads)
 

@@ -26,7 +26,7 @@ import os
 import subprocess
 from pathlib import Path
 
-__all__ = ["PeerError", "PeerProcess", "default_peer_python", "PEERS_DIR_ENV"]
+__all__ = ["PeerError", "PeerProcess", "default_peer_python", "peer_python_flag", "PEERS_DIR_ENV"]
 
 PEERS_DIR_ENV = "HALOFLOW_PEERS"  # where scripts/setup_peers.sh builds the peers' virtual environments
 _SCRIPTS = Path(__file__).with_name("peers")
@@ -44,6 +44,19 @@ def default_peer_python(name: str) -> Path | None:
     """The Python of peer ``name`` as ``scripts/setup_peers.sh`` builds it, or None where it was not built."""
     python = peers_dir() / name / "bin" / "python"
     return python if python.exists() else None
+
+
+def peer_python_flag(flag: str | None, name: str) -> Path | None:
+    """``--<name>-python``: None (not given) finds the peer ``setup_peers.sh`` builds (None when not built), ''
+    leaves the peer out (None), a path must exist."""
+    if flag is None:
+        return default_peer_python(name)
+    if flag == "":
+        return None
+    if not Path(flag).exists():
+        raise FileNotFoundError(f"--{name}-python {flag}: no such file; expected the Python of the venv that "
+                                f"`bash scripts/setup_peers.sh {name}` builds, or '' to leave {name} out")
+    return Path(flag)
 
 
 class PeerProcess:
