@@ -106,15 +106,31 @@ def add_diagonal(
     """CSR arrays of ``A + diag(diag)`` for a block whose first R columns are the R rows (square or [inner|halo]).
 
     The new entry (v, v) goes in column order inside row v; an existing (v, v) entry is kept beside it (they sum).
+    Rows whose columns are already sorted (every CSRGraph) take a linear merge, O(nnz + R); others a sort (a sort
+    took 24 s of the 35 s start-up of a 50 M-entry graph).
     """
     n_rows = indptr.shape[0] - 1
-    rows = np.repeat(np.arange(n_rows, dtype=np.int64), np.diff(indptr))  # (nnz,)
-    all_rows = np.concatenate([rows, np.arange(n_rows, dtype=np.int64)])  # (nnz + R,)
-    all_cols = np.concatenate([np.asarray(indices, dtype=np.int64), np.arange(n_rows, dtype=np.int64)])
-    all_vals = np.concatenate([np.asarray(values), np.asarray(diag, dtype=np.asarray(values).dtype)])
-    order = np.lexsort((all_cols, all_rows))  # by row, then column
+    counts = np.diff(indptr)
+    rows = np.repeat(np.arange(n_rows, dtype=np.int64), counts)  # (nnz,)
+    cols = np.asarray(indices, dtype=np.int64)  # (nnz,)
+    vals = np.asarray(values)
+    diag = np.asarray(diag, dtype=vals.dtype)
     new_indptr = np.asarray(indptr, dtype=np.int64) + np.arange(n_rows + 1, dtype=np.int64)
-    return new_indptr, all_cols[order], all_vals[order]
+    nnz = cols.shape[0]
+    if nnz > 1 and not np.all((cols[1:] >= cols[:-1]) | (rows[1:] != rows[:-1])):
+        all_rows = np.concatenate([rows, np.arange(n_rows, dtype=np.int64)])  # (nnz + R,)
+        all_cols = np.concatenate([cols, np.arange(n_rows, dtype=np.int64)])
+        order = np.lexsort((all_cols, all_rows))  # by row, then column; stable: an existing (v, v) comes first
+        return new_indptr, all_cols[order], np.concatenate([vals, diag])[order]
+    after = cols > rows  # (nnz,) entries that the row's new diagonal precedes
+    before_diag = counts - np.bincount(rows[after], minlength=n_rows)  # (R,) entries of row v with column <= v
+    out_cols = np.empty(nnz + n_rows, dtype=np.int64)
+    out_vals = np.empty(nnz + n_rows, dtype=vals.dtype)
+    entry_pos = np.arange(nnz, dtype=np.int64) + rows + after  # one new diagonal per earlier row, +1 past its own
+    diag_pos = new_indptr[:-1] + before_diag
+    out_cols[entry_pos], out_vals[entry_pos] = cols, vals
+    out_cols[diag_pos], out_vals[diag_pos] = np.arange(n_rows, dtype=np.int64), diag
+    return new_indptr, out_cols, out_vals
 
 
 class LocalAggregator:
