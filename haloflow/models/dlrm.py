@@ -183,16 +183,35 @@ class _FusedSGDBags(torch.autograd.Function):
         pooled = torch.stack([F.embedding_bag(ids, w, off, mode="sum", include_last_offset=True)
                               for ids, off, w in zip(per_table, offsets, weights)], dim=1)  # (B, T, D)
         ctx.per_table, ctx.offsets, ctx.lr, ctx.weights = per_table, offsets, lr, weights
+        ctx.lengths, ctx.counts = sparse.lengths, counts
         return pooled
 
     @staticmethod
     def backward(ctx, grad: Tensor):
         T = len(ctx.weights)
         grad = grad.contiguous()  # (B, T, D)
-        for t, (w, ids, off) in enumerate(zip(ctx.weights, ctx.per_table, ctx.offsets)):
-            _apply_sgd(w, ids, off, grad, t, ctx.lr)
-        ctx.weights = ctx.per_table = ctx.offsets = None
+        if grad.device.type == "cpu":
+            for t, (w, ids, off) in enumerate(zip(ctx.weights, ctx.per_table, ctx.offsets)):
+                _apply_sgd(w, ids, off, grad, t, ctx.lr)
+        else:
+            _apply_sgd_tables(ctx.weights, ctx.per_table, ctx.lengths, ctx.counts, grad, ctx.lr)
+        ctx.weights = ctx.per_table = ctx.offsets = ctx.lengths = None
         return (None, None, None, *([None] * T))
+
+
+def _apply_sgd_tables(weights: tuple[Tensor, ...], per_table: tuple[Tensor, ...], lengths: Tensor, counts: list[int],
+                      grad: Tensor, lr: float) -> None:
+    """Every table's ``_apply_sgd`` by ``index_add_``, with the bag of every id found once for all T tables (one
+    ``repeat_interleave`` whose size is known on the host: no device sync; was one sync per table, and on an H200
+    the fused step ran at 0.61x plain PyTorch's).
+
+    Shapes: lengths (T, B); per_table T x (nnz_t,) with nnz_t = counts[t]; grad (B, T, D)."""
+    T, B = lengths.shape
+    with torch.no_grad():
+        bags = torch.arange(B, device=grad.device).repeat(T).repeat_interleave(
+            lengths.reshape(-1), output_size=sum(counts))  # (nnz,) bag of every id, table after table
+        for t, (w, ids, bag) in enumerate(zip(weights, per_table, bags.split(counts))):
+            w.index_add_(0, ids, grad[:, t].index_select(0, bag), alpha=-lr)
 
 
 def fused_sgd_bag(ids: Tensor, offsets: Tensor, weight: Tensor, lr: float) -> Tensor:
@@ -227,7 +246,8 @@ def _apply_sgd(weight: Tensor, ids: Tensor, offsets: Tensor, grad: Tensor, t: in
             w = weight.detach().numpy()
             _sgd_rows(w, ids.numpy(), offsets.numpy(), grad.contiguous().numpy(), t, float(w.dtype.type(-lr)))
         else:
-            bag = torch.repeat_interleave(torch.arange(offsets.numel() - 1, device=grad.device), offsets.diff())
+            bag = torch.repeat_interleave(torch.arange(offsets.numel() - 1, device=grad.device), offsets.diff(),
+                                          output_size=ids.numel())  # the size known here: no device sync
             weight.index_add_(0, ids, grad[:, t].index_select(0, bag), alpha=-lr)
 
 

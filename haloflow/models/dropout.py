@@ -114,7 +114,9 @@ def _torch_keep(node_ids: torch.Tensor, n_cols: int, p: float, seed: int, epoch:
 
 
 def dropout_mask(node_ids: torch.Tensor, n_cols: int, *, p: float, seed: int, epoch: int, layer: int) -> torch.Tensor:
-    """bool (len(node_ids), n_cols): True where `keyed_dropout` keeps the element."""
+    """bool (len(node_ids), n_cols) on node_ids' device: True where `keyed_dropout` keeps the element."""
+    if node_ids.device.type != "cpu":  # the torch ops on the device: the same bits, no host round trip
+        return _torch_keep(node_ids, n_cols, p, seed, epoch, layer)
     ones = torch.ones(node_ids.shape[0], n_cols)
     return _dropout(ones, node_ids, p, seed, epoch, layer, relu=False, want_mask=True)[1].to(torch.bool)
 

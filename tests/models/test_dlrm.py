@@ -195,3 +195,22 @@ def test_the_fused_update_off_the_cpu_is_index_add_with_the_same_result():
     torch.testing.assert_close(a, want, rtol=1e-14, atol=1e-14)
     torch.testing.assert_close(b, want, rtol=0, atol=0)
     assert not torch.equal(a, w)
+
+
+def test_the_update_of_every_table_at_once_off_the_cpu_equals_one_table_at_a_time():
+    """`_apply_sgd_tables` (the fused backward off the CPU: one repeat_interleave for all tables, no device sync)
+    gives each table exactly what `_apply_sgd` gives it alone; run here on CPU tensors, bags empty and repeated."""
+    from haloflow.models.dlrm import _apply_sgd, _apply_sgd_tables
+
+    g = torch.Generator().manual_seed(3)
+    lengths = torch.tensor([[2, 0, 3, 1], [0, 0, 4, 2], [1, 1, 1, 1]])  # (T, B)
+    counts = lengths.sum(1).tolist()
+    per_table = tuple(torch.randint(0, 9, (c,), generator=g) for c in counts)  # repeated rows
+    grad = torch.randn(4, 3, 5, generator=g, dtype=torch.float64)  # (B, T, D)
+    weights = tuple(torch.randn(9, 5, generator=g, dtype=torch.float64) for _ in counts)
+    want = [w.clone() for w in weights]
+    for t, (w, ids, n) in enumerate(zip(want, per_table, lengths)):
+        _apply_sgd(w, ids, torch.cat([torch.zeros(1, dtype=torch.int64), n.cumsum(0)]), grad, t, 0.2, compiled=False)
+    _apply_sgd_tables(weights, per_table, lengths, counts, grad, 0.2)
+    for got, w in zip(weights, want):
+        torch.testing.assert_close(got, w, rtol=0, atol=0)
