@@ -66,7 +66,9 @@ class PlainDLRM(nn.Module):
         self.bottom = self._mlp([num_dense, *bottom, dim], last_relu=True)
         T = len(table_sizes)
         self.top = self._mlp([dim + T * (T + 1) // 2, *top, 1], last_relu=False)
-        self.li, self.lj = torch.tril_indices(T + 1, T + 1, offset=-1)
+        li, lj = torch.tril_indices(T + 1, T + 1, offset=-1)
+        self.register_buffer("li", li, persistent=False)  # buffers: they move with .to(device), as the model does
+        self.register_buffer("lj", lj, persistent=False)
 
     @staticmethod
     def _mlp(widths, last_relu):
