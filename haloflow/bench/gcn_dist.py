@@ -1,9 +1,10 @@
 """Distributed GCN epoch time at K = 1, 2, 4 ranks, bytes exchanged against the prediction, overlap, cost model.
 
-    haloflow bench gcn-dist [--scale 20] [--ks 1,2,4] [--epochs 5] [--device cpu] [--out bench-results/gcn_dist.json]
+    haloflow bench gcn-dist [--scale 20] [--ks 1,2,4] [--epochs 5] [--threads T] [--method metis]
+                            [--device cpu] [--out bench-results/gcn_dist.json]
 
-A planted-partition graph of 2^scale nodes is partitioned (METIS) for each K; ``torchrun`` runs each K with
-OMP threads = cores / K per rank (at least 1). Per K it reports:
+A planted-partition graph of 2^scale nodes is partitioned (``--method``, default METIS) for each K; ``torchrun``
+runs each K with OMP threads = ``--threads`` per rank (default cores / K, at least 1). Per K it reports:
 
 - epoch time (median training step after one warm-up epoch per schedule) and its ratio to K = 1;
 - halo bytes per epoch, measured by the engine, next to the prediction (halo sizes x width x 4 bytes, forward
@@ -31,6 +32,8 @@ import time
 from pathlib import Path
 
 import torch
+
+from haloflow.partition.api import METHODS
 
 CORES = os.cpu_count() or 1
 
@@ -228,6 +231,10 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     p.add_argument("--hidden", type=int, default=64)
     p.add_argument("--layers", type=int, default=3)
     p.add_argument("--degree", type=float, default=10.0)
+    p.add_argument("--threads", type=int, default=0,
+                   help="torch threads per rank, the same at every K (default 0: cores // K, at least 1)")
+    p.add_argument("--method", default="metis", choices=METHODS,
+                   help="partitioner (metis needs pymetis; fennel and random do not)")
     p.add_argument("--device", default="cpu", help="cpu (gloo) or cuda (NCCL, one GPU per rank)")
     p.add_argument("--out", default="bench-results/gcn_dist.json")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -261,10 +268,10 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         for k in ks:
             parts_dir = Path(tmp) / f"k{k}"
             t0 = time.perf_counter()
-            partition_dataset(dataset, PartitionConfig(num_parts=k, method="metis"), parts_dir, progress=False)
+            partition_dataset(dataset, PartitionConfig(num_parts=k, method=args.method), parts_dir, progress=False)
             part_s = time.perf_counter() - t0
             loads = [PartLoad.from_part(load_partition(parts_dir, r)) for r in range(k)]
-            threads = max(1, CORES // k)
+            threads = args.threads or max(1, CORES // k)
             out = Path(tmp) / f"k{k}.json"
             proc = launch_torchrun(k, ["-m", "haloflow.bench.gcn_dist", "--worker", "--partitions", parts_dir,
                                        "--worker-out", out, "--epochs", args.epochs, "--hidden", args.hidden,
@@ -303,8 +310,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     print(format_table(headers, rows, title=f"GCN epoch, {n:,} nodes, {args.layers} layers, hidden {args.hidden}, "
                        f"{args.device}; overlap = (control - overlapped) / min(exchange, inner)"))
     atomic_write_text(args.out, json.dumps({"scale": args.scale, "nodes": n, "entries": dataset.graph.num_edges,
-                                            "model": model_cfg.__dict__, "cores": CORES, "device": args.device,
-                                            "runs": records}, indent=1) + "\n")
+                                            "method": args.method, "model": model_cfg.__dict__, "cores": CORES,
+                                            "device": args.device, "runs": records}, indent=1) + "\n")
     print(f"wrote {args.out}")
     return 0
 

@@ -41,20 +41,24 @@ class PygTGN:
     ``LastNeighborLoader(size=10)``, a 2-head ``TransformerConv`` embedding, the link predictor; Adam lr 1e-4.
 
     ``batch(ids, neg, train)`` is one step of the example on the events ``ids`` (stream numbering) with one
-    negative destination each; ``reset()`` empties the memory and the neighbour lists (a new epoch).
+    negative destination each; ``reset()`` empties the memory and the neighbour lists (a new epoch). Everything
+    lives on ``device`` (the stream's columns, the memory, the neighbour lists, the weights), as in the example.
     """
 
-    def __init__(self, events, seed: int, *, dim: int = 100, neighbors: int = 10):
+    def __init__(self, events, seed: int, *, dim: int = 100, neighbors: int = 10,
+                 device: torch.device | str = "cpu"):
         from torch.nn import Linear
         from torch_geometric.nn import TransformerConv
         from torch_geometric.nn.models.tgn import IdentityMessage, LastAggregator, LastNeighborLoader, TGNMemory
 
         torch.manual_seed(seed)
         n = events.num_nodes
+        self.device = dev = torch.device(device)
         self.msg_all = msg_all = (torch.from_numpy(events.edge_feat) if events.edge_dim
-                                  else torch.zeros(events.num_events, 1))
-        self.t_all = torch.from_numpy(events.t.astype(np.int64))
-        self.src_all, self.dst_all = torch.from_numpy(events.src.copy()), torch.from_numpy(events.dst.copy())
+                                  else torch.zeros(events.num_events, 1)).to(dev)
+        self.t_all = torch.from_numpy(events.t.astype(np.int64)).to(dev)
+        self.src_all = torch.from_numpy(events.src.copy()).to(dev)
+        self.dst_all = torch.from_numpy(events.dst.copy()).to(dev)
 
         class Embedding(torch.nn.Module):
             def __init__(self, time_enc):
@@ -76,20 +80,20 @@ class PygTGN:
 
         raw = msg_all.shape[1]
         self.memory = TGNMemory(n, raw, dim, dim, message_module=IdentityMessage(raw, dim, dim),
-                                aggregator_module=LastAggregator())
-        self.gnn, self.pred = Embedding(self.memory.time_enc), Predictor()
+                                aggregator_module=LastAggregator()).to(dev)
+        self.gnn, self.pred = Embedding(self.memory.time_enc).to(dev), Predictor().to(dev)
         params = set(self.memory.parameters()) | set(self.gnn.parameters()) | set(self.pred.parameters())
         self.opt = torch.optim.Adam(params, lr=1e-4)
-        self.loader = LastNeighborLoader(n, size=neighbors)
-        self.assoc = torch.empty(n, dtype=torch.long)
+        self.loader = LastNeighborLoader(n, size=neighbors, device=dev)
+        self.assoc = torch.empty(n, dtype=torch.long, device=dev)
         # The loader numbers events in the order they are inserted (e_id), which is not the stream's numbering once
         # training skips the held-out nodes' events: keep the map, or neighbours get other events' times.
-        self.inserted = torch.empty(events.num_events, dtype=torch.long)
+        self.inserted = torch.empty(events.num_events, dtype=torch.long, device=dev)
         self.cursor = 0
         self.bce = torch.nn.BCEWithLogitsLoss()
 
     def reset(self) -> None:
-        self.memory.reset_state()
+        self.memory.reset_state()  # also rebuilds the message stores, on the memory's device
         self.loader.reset_state()
         self.cursor = 0
 
@@ -99,13 +103,14 @@ class PygTGN:
 
     def batch(self, ids: np.ndarray, neg: np.ndarray, train: bool, store: bool = True):
         """One batch: scores of (src, dst) and (src, neg); with ``train`` a loss, backward and Adam step; with
-        ``store`` the batch goes into the memory and the neighbour lists. Returns (pos, neg) logits, detached."""
-        idx = torch.from_numpy(ids)
+        ``store`` the batch goes into the memory and the neighbour lists. Returns (pos, neg) logits, detached, on
+        the model's device."""
+        idx = torch.from_numpy(ids).to(self.device)
         src, dst, t, msg = self.src_all[idx], self.dst_all[idx], self.t_all[idx], self.msg_all[idx]
-        neg_t = torch.from_numpy(neg)
+        neg_t = torch.from_numpy(neg).to(self.device)
         n_id = torch.cat([src, dst, neg_t]).unique()
         n_id, edge_index, e_id = self.loader(n_id)
-        self.assoc[n_id] = torch.arange(n_id.size(0))
+        self.assoc[n_id] = torch.arange(n_id.size(0), device=self.device)
         z, last_update = self.memory(n_id)
         gid = self.inserted[e_id]  # stream ids of the neighbour events
         z = self.gnn(z, last_update, edge_index, self.t_all[gid], self.msg_all[gid])
@@ -131,43 +136,53 @@ class PygTGN:
 def pyg_tgn(events, train_ids, eval_parts, eval_neg, train_neg, epochs: int, seed: int, *, mrr_negatives: int = 20,
             mrr_events: int = 2000) -> dict:
     """PyG's examples/tgn.py on our stream and splits; returns events/s and AP per epoch."""
-    from haloflow.models.temporal_metrics import average_precision, mean_reciprocal_rank
-
     model = PygTGN(events, seed)
-    run_batch = model.batch
     out = {"epochs": []}
     for epoch in range(epochs):
-        train_s = _pyg_train_epoch(model, train_ids, train_neg, epoch)
-        model.train(False)
-        scores = {}
-        with torch.no_grad():
-            for part, (ids_all, new_mask) in eval_parts.items():
-                pos, neg, mrr_pos, mrr_neg = [], [], [], []
-                ranked = ids_all[:mrr_events] if part == "test" else ids_all[:0]
-                fixed = eval_neg.sample_fixed(ranked, events.dst[ranked], mrr_negatives, stream=1)
-                for s in range(0, ids_all.shape[0], 200):
-                    ids = ids_all[s:s + 200]
-                    if s < ranked.size:  # haloflow's protocol: fixed negatives scored before the batch is stored
-                        mrr_neg.append(torch.stack([run_batch(ids, fixed[s:s + ids.size, j], False, store=False)[1]
-                                                    for j in range(mrr_negatives)], dim=1).numpy())
-                    p, q = run_batch(ids, eval_neg.sample(ids), False)
-                    if s < ranked.size:
-                        mrr_pos.append(p.numpy())
-                    pos.append(p.numpy())
-                    neg.append(q.numpy())
-                pos, neg = np.concatenate(pos), np.concatenate(neg)
-                new = new_mask[ids_all]
-                scores[f"{part}_ap"] = average_precision(pos, neg)
-                scores[f"{part}_inductive_ap"] = average_precision(pos[new], neg[new])
-                if mrr_pos:
-                    scores["test_mrr"] = mean_reciprocal_rank(np.concatenate(mrr_pos), np.concatenate(mrr_neg))
+        train_s = pyg_train_epoch(model, train_ids, train_neg, epoch)
+        scores = pyg_evaluate(model, events, eval_parts, eval_neg, mrr_negatives=mrr_negatives, mrr_events=mrr_events)
         out["epochs"].append({"epoch": epoch, "train_s": train_s, "events_per_s": train_ids.shape[0] / train_s,
                               **scores})
     return out
 
 
-def _pyg_train_epoch(model: PygTGN, train_ids: np.ndarray, train_neg, epoch: int) -> float:
-    """One training epoch of PyG's example from an empty memory; returns its seconds."""
+def pyg_evaluate(model: PygTGN, events, eval_parts, eval_neg, *, mrr_negatives: int = 20,
+                 mrr_events: int = 2000) -> dict[str, float]:
+    """Validation then test with the memory following the stream (haloflow's protocol and negatives): AP, the
+    inductive AP of each part in ``eval_parts`` (name -> (event ids, new-node mask)), and the test MRR against
+    ``mrr_negatives`` fixed negatives over the first ``mrr_events`` test events (0: no MRR)."""
+    from haloflow.models.temporal_metrics import average_precision, mean_reciprocal_rank
+
+    run_batch = model.batch
+    model.train(False)
+    scores = {}
+    with torch.no_grad():
+        for part, (ids_all, new_mask) in eval_parts.items():
+            pos, neg, mrr_pos, mrr_neg = [], [], [], []
+            ranked = ids_all[:mrr_events] if part == "test" else ids_all[:0]
+            fixed = eval_neg.sample_fixed(ranked, events.dst[ranked], mrr_negatives, stream=1)
+            for s in range(0, ids_all.shape[0], 200):
+                ids = ids_all[s:s + 200]
+                if s < ranked.size:  # haloflow's protocol: fixed negatives scored before the batch is stored
+                    mrr_neg.append(torch.stack([run_batch(ids, fixed[s:s + ids.size, j], False, store=False)[1]
+                                                for j in range(mrr_negatives)], dim=1).cpu().numpy())
+                p, q = run_batch(ids, eval_neg.sample(ids), False)
+                if s < ranked.size:
+                    mrr_pos.append(p.cpu().numpy())
+                pos.append(p.cpu().numpy())
+                neg.append(q.cpu().numpy())
+            pos, neg = np.concatenate(pos), np.concatenate(neg)
+            new = new_mask[ids_all]
+            scores[f"{part}_ap"] = average_precision(pos, neg)
+            scores[f"{part}_inductive_ap"] = average_precision(pos[new], neg[new])
+            if mrr_pos:
+                scores["test_mrr"] = mean_reciprocal_rank(np.concatenate(mrr_pos), np.concatenate(mrr_neg))
+    return scores
+
+
+def pyg_train_epoch(model: PygTGN, train_ids: np.ndarray, train_neg, epoch: int) -> float:
+    """One training epoch of PyG's example from an empty memory; returns its seconds (the host's clock: on a GPU,
+    time it with CUDA events around the call)."""
     model.reset()
     model.train()
     t0 = time.perf_counter()
@@ -192,7 +207,7 @@ def speed_rounds(events, train_ids: np.ndarray, train_neg, rounds: int, seed: in
             if side == "haloflow":
                 ours.append(train_tgn(cfg, events=events).events_per_s)
             else:
-                theirs.append(train_ids.shape[0] / _pyg_train_epoch(pyg, train_ids, train_neg, 0))
+                theirs.append(train_ids.shape[0] / pyg_train_epoch(pyg, train_ids, train_neg, 0))
     return {"haloflow_events_per_s": ours, "pyg_events_per_s": theirs,
             "ratio_median": statistics.median(a / b for a, b in zip(ours, theirs))}
 
