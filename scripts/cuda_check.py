@@ -109,7 +109,9 @@ def main() -> None:
         check(f"GCN on CUDA = CPU (precompute={precompute})", torch.allclose(a, b, atol=1e-5, rtol=0)
               and where == {"cuda"}, f"max |loss difference| {float((a - b).abs().max()):.2e}, tensors on {where}")
 
-    # DLRM training through the trainer on CUDA: model and batches on the device, same losses as on the CPU
+    # DLRM training through the trainer on CUDA: model and batches on the device, same losses as on the CPU.
+    # Two one-process runs: they must not join this script's NCCL group (the CPU run would find a CUDA group).
+    shutdown()
     small = dict(synthetic=True, synthetic_max_rows=40, synthetic_train=160, synthetic_val=64, batch_size=32,
                  embedding_dim=4, bottom_mlp=(8,), top_mlp=(8,), log_every=1)
     cpu = train_dlrm(DLRMTrainConfig(**small, runtime=RuntimeConfig(device="cpu", progress=False)))
@@ -117,7 +119,6 @@ def main() -> None:
     diff = max(abs(p - q) for p, q in zip(cpu.losses, gpu.losses))
     check("DLRM trainer on CUDA = CPU", diff < 1e-5 and gpu.devices == {"model": {"cuda"}, "batches": {"cuda"}},
           f"max |loss difference| {diff:.2e}, {gpu.devices}")
-    shutdown()
 
 
 if __name__ == "__main__":
