@@ -39,6 +39,7 @@ class StoreTables(nn.Module):
     def __init__(self, bags: list[CachedEmbeddingBag]):
         super().__init__()
         self.bags = nn.ModuleList(bags)
+        self._prefetched: tuple[JaggedBatch, tuple[Tensor, ...]] | None = None  # the last prefetch's batch, split
 
     @classmethod
     def build(cls, config: DLRMConfig, optimizer: RowOptimizer, *, cache: CacheConfig | None = None,
@@ -60,7 +61,9 @@ class StoreTables(nn.Module):
         T = sparse.lengths.shape[0]
         if T != len(self.bags):
             raise ConfigError(f"sparse batch has {T} features but the model has {len(self.bags)} tables")
-        per_table = sparse.values.split(sparse.lengths.sum(1).tolist())  # T x (nnz_t,)
+        prefetched, self._prefetched = self._prefetched, None
+        # The prefetched batch's own id tensors: each bag knows them by identity and reuses their unique ids
+        per_table = prefetched[1] if prefetched is not None and prefetched[0] is sparse else self._split(sparse)
         offsets = sparse.bag_offsets().unbind(0)  # T x (B+1,)
         return torch.stack([bag(ids, off) for bag, ids, off in zip(self.bags, per_table, offsets)], dim=1)
 
@@ -68,8 +71,16 @@ class StoreTables(nn.Module):
         return CompletedHandle(self(sparse))
 
     def prefetch(self, sparse: JaggedBatch) -> None:
-        for bag, ids in zip(self.bags, sparse.values.split(sparse.lengths.sum(1).tolist())):
+        """Start moving the rows of ``sparse`` (the next batch) in; its forward then reuses this split and each
+        table's unique ids (one ``torch.unique`` per table and batch, not two)."""
+        per_table = self._split(sparse)
+        self._prefetched = sparse, per_table
+        for bag, ids in zip(self.bags, per_table):
             bag.prefetch(ids)
+
+    @staticmethod
+    def _split(sparse: JaggedBatch) -> tuple[Tensor, ...]:
+        return sparse.values.split(sparse.lengths.sum(1).tolist())  # T x (nnz_t,)
 
     def step(self) -> None:
         """Apply the last backward's row gradients in every store (after ``loss.backward()``)."""

@@ -66,3 +66,36 @@ def test_the_trainer_reports_the_cache():
     result = train_dlrm(DLRMTrainConfig(**SMALL, cache_ratio=0.05, optimizer="adagrad",
                                         runtime=RuntimeConfig(progress=False)))
     assert 0 <= result.cache["cache_hit_rate"] <= 1 and result.cache["cache_bytes_to_device"] > 0
+
+
+def test_a_prefetched_batch_is_split_and_made_unique_once(monkeypatch):
+    """prefetch(next) then forward(next): the forward reuses the prefetch's ids (one torch.unique per table, not
+    two), and training with a prefetch of every next batch ends where training without one does."""
+    calls = {"n": 0}
+    unique = torch.unique
+
+    def counting(*args, **kwargs):
+        calls["n"] += 1
+        return unique(*args, **kwargs)
+
+    runs = []
+    for prefetch in (False, True):
+        tables = StoreTables.build(CONFIG, make_optimizer({"name": "sgd", "lr": 0.05}), cache=CacheConfig(ratio=0.3))
+        model = DLRM(CONFIG, embeddings=tables)
+        opt = torch.optim.SGD(model.parameters(), lr=0.05)
+        batches = list(_batches())
+        monkeypatch.setattr(torch, "unique", counting)
+        calls["n"] = 0
+        for i, (dense, sparse, labels) in enumerate(batches):
+            opt.zero_grad()
+            logits = model(dense, sparse)
+            if prefetch and i + 1 < len(batches):
+                tables.prefetch(batches[i + 1][1])
+            dlrm_loss(logits, labels).backward()
+            tables.step()
+            opt.step()
+        monkeypatch.setattr(torch, "unique", unique)
+        assert calls["n"] == len(batches) * len(CONFIG.table_sizes)  # with or without the prefetch
+        runs.append(tables.state_dict_rows())
+    for a, b in zip(*runs):
+        assert torch.equal(a["weight"], b["weight"])
