@@ -7,7 +7,8 @@
 #
 # It uses the machine's python3 (its own torch with CUDA; nothing is installed from a registry). Wheels in .whl/
 # (pymetis, for instance, where the machine lacks it) are installed into a temporary folder first, and data in
-# .devdata/ (a copy of ../shared/data's small files) is used when HALOFLOW_DATA is not set. OUT receives summary.md,
+# .devdata/ (a copy of ../shared/data's small files) is used when HALOFLOW_DATA is not set (scripts/device_prepare.sh
+# makes both). OUT receives summary.md,
 # summary.json and device_check.tar.gz (every part's json, md and log); the parts work in OUT/../device_check-work.
 set -euo pipefail
 if [ $# -lt 1 ]; then
