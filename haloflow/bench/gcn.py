@@ -147,6 +147,21 @@ class PygGCN(torch.nn.Module):
         return x
 
 
+def pyg_epoch(model: PygGCN, x: torch.Tensor, adj, y: torch.Tensor):
+    """One training epoch of a PyG contestant (Adam lr 0.01, cross-entropy over every node) per call; returns the
+    loss, detached (not synchronised on a device)."""
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+
+    def step() -> torch.Tensor:
+        opt.zero_grad()
+        loss = F.cross_entropy(model(x, adj), y)
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    return step
+
+
 def _other(kernel: str) -> str:
     return next(k for k in KERNELS if k != kernel)
 
@@ -195,17 +210,8 @@ def make_contestants(graph: CSRGraph, x: torch.Tensor, y: torch.Tensor, args) ->
     for name, adj, p in (("pyg-sparse", adj_t, 0.5), ("pyg-edge_index", edge_index, 0.5),
                          ("pyg-sparse-nodropout", adj_t, 0.0)):
         torch.manual_seed(args.seed)
-        model = PygGCN(dims, p).train()
-        opt = torch.optim.Adam(model.parameters(), lr=0.01)
-
-        def step(model=model, opt=opt, adj=adj):
-            opt.zero_grad()
-            loss = F.cross_entropy(model(x, adj), y)
-            loss.backward()
-            opt.step()
-            return Epoch(loss.detach())
-
-        steps[name] = step
+        epoch = pyg_epoch(PygGCN(dims, p).train(), x, adj, y)
+        steps[name] = lambda epoch=epoch: Epoch(epoch())
     dgl_step = _dgl_contestant(graph, x, y, dims, args.seed)
     if dgl_step is not None:
         steps["dgl"] = dgl_step

@@ -25,11 +25,10 @@ import sys
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from haloflow.bench.device.common import (Table, Timer, copy_bandwidth, parse_part_args, part_parser,
                                           peak_memory_mib, reset_peak_memory, sync, time_ms, write_part)
-from haloflow.bench.gcn import PygGCN, random_graph
+from haloflow.bench.gcn import PygGCN, pyg_epoch, random_graph
 from haloflow.data.graph import CSRGraph
 from haloflow.models import GCN, GCNConfig, LocalAggregator, gcn_loss
 
@@ -73,16 +72,7 @@ def contestants(graph: CSRGraph, x: torch.Tensor, y: torch.Tensor, dev: torch.de
             for conv, (w, b) in zip(model.convs, weights[init]):
                 conv.lin.weight.copy_(w.T)
                 conv.bias.copy_(b)
-        opt = torch.optim.Adam(model.parameters(), lr=0.01)
-
-        def step(model=model, opt=opt, adj=adj):
-            opt.zero_grad()
-            loss = F.cross_entropy(model(x, adj), y)
-            loss.backward()
-            opt.step()
-            return loss.detach()
-
-        steps[name] = step
+        steps[name] = pyg_epoch(model, x, adj, y)
     return steps, agg
 
 
