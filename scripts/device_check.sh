@@ -15,7 +15,8 @@ if [ $# -lt 1 ]; then
     echo "usage: bash scripts/device_check.sh OUT [--device cpu --tiny] [--parts a,b] [--total-s S]" >&2
     exit 2
 fi
-out=$1; shift
+mkdir -p "$1"
+out=$(cd "$1" && pwd); shift  # absolute: the check runs from the repository root
 root=$(cd "$(dirname "$0")/.." && pwd)
 py=${PYTHON:-python3}
 if compgen -G "$root/.whl/*.whl" >/dev/null; then
@@ -31,7 +32,6 @@ if [ -z "${HALOFLOW_DATA:-}" ] && [ -d "$root/.devdata" ]; then
     export HALOFLOW_DATA=$root/.devdata
 fi
 export PYTHONUNBUFFERED=1
-mkdir -p "$out"
 work=$(cd "$out/.." && pwd)/device_check-work
 cd "$root"
 "$py" -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(),

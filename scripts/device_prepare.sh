@@ -17,6 +17,7 @@ for d in planetoid temporal criteo; do
 done
 rm -rf "$root/.devdata" && mkdir -p "$root/.devdata"
 for d in planetoid temporal criteo; do cp -r "$data/$d" "$root/.devdata/"; done
+rm -rf "$root/.whl"  # one version of each wheel: two would stop the install there
 version=$("$py" -c "import importlib.metadata as m; print(m.version('pymetis'))")
 "$py" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \

@@ -56,6 +56,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -147,9 +148,9 @@ class PygGCN(torch.nn.Module):
         return x
 
 
-def pyg_epoch(model: PygGCN, x: torch.Tensor, adj, y: torch.Tensor):
-    """One training epoch of a PyG contestant (Adam lr 0.01, cross-entropy over every node) per call; returns the
-    loss, detached (not synchronised on a device)."""
+def pyg_epoch(model: PygGCN, x: torch.Tensor, adj, y: torch.Tensor) -> Callable[[], torch.Tensor]:
+    """A function that trains ``model`` one epoch per call (Adam lr 0.01, cross-entropy over every node) and
+    returns that epoch's loss, detached (not synchronised on a device)."""
     opt = torch.optim.Adam(model.parameters(), lr=0.01)
 
     def step() -> torch.Tensor:

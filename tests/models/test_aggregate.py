@@ -6,7 +6,7 @@ import torch
 
 from haloflow.data.graph import CSRGraph
 from haloflow.errors import ConfigError
-from haloflow.models.aggregate import Aggregator, LocalAggregator, normalized_values, self_loop_values
+from haloflow.models.aggregate import Aggregator, LocalAggregator, add_diagonal, normalized_values, self_loop_values
 from haloflow.models.spmm import KERNELS
 
 # Edges 0->1, 1->0, 1->2, 2->1, 3->2: in-degrees [1, 2, 2, 0].
@@ -107,3 +107,38 @@ def test_errors_name_the_problem():
         normalized_values(g.indptr, g.indices, np.ones(3), np.ones(4), "gcn")
     with pytest.raises(ConfigError, match="global in-degree 0"):
         normalized_values(g.indptr, g.indices, np.zeros(4), np.zeros(4), "mean")
+
+
+def _add_diagonal_by_sort(indptr, indices, values, diag):
+    """The definition: every (row, column, value) and the diagonal's, stably sorted by row, then column."""
+    n = indptr.shape[0] - 1
+    rows = np.concatenate([np.repeat(np.arange(n), np.diff(indptr)), np.arange(n)])
+    cols = np.concatenate([indices, np.arange(n)])
+    vals = np.concatenate([values, diag])
+    order = np.lexsort((cols, rows))
+    return np.asarray(indptr) + np.arange(n + 1), cols[order], vals[order]
+
+
+@pytest.mark.parametrize("sorted_rows", [True, False])
+def test_add_diagonal_puts_the_diagonal_in_column_order_beside_an_existing_one(sorted_rows):
+    """Rows sorted by column (every CSRGraph) take the linear merge, others the sort: both give the definition's
+    arrays, on square blocks and on [inner | halo] blocks, with repeated entries and (v, v) entries of their own."""
+    rng = np.random.default_rng(5)
+    for _ in range(200):
+        n = int(rng.integers(0, 9))
+        n_cols = n + int(rng.integers(0, 5))
+        counts = rng.integers(0, 6, n)
+        indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        rows = [rng.integers(0, max(n_cols, 1), c) for c in counts]
+        rows = [np.sort(r) if sorted_rows else r for r in rows]
+        indices = np.concatenate(rows).astype(np.int64) if n else np.zeros(0, np.int64)
+        for v in range(n):  # some rows hold their own (v, v)
+            if counts[v] and rng.random() < 0.4:
+                indices[indptr[v]] = v
+                if sorted_rows:
+                    indices[indptr[v]:indptr[v + 1]].sort()
+        values = rng.random(indices.shape[0]).astype(np.float32)
+        diag = rng.random(n).astype(np.float32)
+        for got, want in zip(add_diagonal(indptr, indices, values, diag),
+                             _add_diagonal_by_sort(indptr, indices, values, diag)):
+            np.testing.assert_array_equal(got, want)

@@ -1,6 +1,7 @@
 """The device check: every GPU path of haloflow run and measured on one machine, part by part, in one command.
 
     bash scripts/device_check.sh OUT                   # on a GPU machine: every part, about 6 minutes on one H200
+                                                       # (the parts' limits allow 15: --total-s S fits a call)
     bash scripts/device_check.sh OUT --parts gcn_gpu   # some parts
     python -m haloflow.bench.device.check --device cpu --tiny --out OUT   # a dry run of every part on a CPU
 
@@ -26,6 +27,7 @@ import argparse
 import io
 import json
 import os
+import signal
 import subprocess
 import sys
 import tarfile
@@ -45,9 +47,10 @@ class Part:
     limit_s: int  # its time limit at full size on one H200 (--tiny: TINY_LIMIT_S)
 
 
-PARTS = (Part("cuda_check", 120), Part("train_parity", 150), Part("gcn_gpu", 120), Part("dlrm_gpu", 120),
+PARTS = (Part("cuda_check", 120), Part("train_parity", 180), Part("gcn_gpu", 120), Part("dlrm_gpu", 120),
          Part("cache_gpu", 100), Part("tgn_gpu", 100), Part("cpu_scaling", 170))
 TINY_LIMIT_S = 240  # a 2-core CPU running the suite beside it
+STOP_GRACE_S = 25  # after SIGTERM: launch_torchrun's own grace for its ranks (10 s) and torchrun's, then SIGKILL
 
 
 @dataclass
@@ -63,6 +66,8 @@ def run_part(part: Part, args, work: Path, limit_s: float) -> Outcome:
     if args.tiny:
         cmd.append("--tiny")
     log = work / f"{part.name}.log"
+    for ext in ("json", "md"):  # a part that dies must not be reported with an earlier call's tables
+        (work / f"{part.name}.{ext}").unlink(missing_ok=True)
     print(f"=== {part.name} (limit {limit_s:.0f} s): {' '.join(cmd[1:])}", flush=True)
     t0 = time.perf_counter()
     with open(log, "w") as f:
@@ -70,8 +75,7 @@ def run_part(part: Part, args, work: Path, limit_s: float) -> Outcome:
         try:
             rc = proc.wait(timeout=limit_s)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, 9)  # the part and whatever it started (torchrun ranks, peer processes)
-            proc.wait()
+            stop(proc)
             return Outcome(part.name, "timeout", time.perf_counter() - t0, f"stopped after {limit_s:.0f} s")
     seconds = time.perf_counter() - t0
     tail = log.read_text(errors="replace").strip().splitlines()[-1:] or [""]
@@ -79,6 +83,17 @@ def run_part(part: Part, args, work: Path, limit_s: float) -> Outcome:
         return Outcome(part.name, "ok", seconds)
     status = "failed" if rc == 1 and (work / f"{part.name}.json").exists() else "error"
     return Outcome(part.name, status, seconds, f"exit {rc}: {tail[0][:200]}")
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """SIGTERM to the part's process group first: a torchrun it started (in a session of its own, as are its ranks)
+    hears it through `launch_torchrun`'s forwarding and stops its ranks; SIGKILL to the group after a grace."""
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=STOP_GRACE_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
 
 
 def write_summary(out: Path, work: Path, outcomes: list[Outcome], args) -> None:

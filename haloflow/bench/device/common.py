@@ -27,7 +27,7 @@ from haloflow.utils.atomic import atomic_write_text
 from haloflow.utils.table import format_table
 
 __all__ = ["PartArgs", "part_parser", "parse_part_args", "Timer", "time_ms", "copy_bandwidth", "Table", "write_part",
-           "device_name", "peak_memory_mib", "reset_peak_memory"]
+           "device_name", "peak_memory_mib", "reset_peak_memory", "sync"]
 
 
 @dataclass(frozen=True)

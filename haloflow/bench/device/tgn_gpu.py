@@ -9,7 +9,7 @@ negatives, AP over validation then test with the memory following the stream. Ea
                weights, on the CPU; their losses must agree to LOSS_RTOL (the device path computes the CPU path's
                math). PyG: W batches of a throwaway model. Both compile and cache what their first batches need
                (numba, cuBLAS, kernels).
-    haloflow   ``TGNFamily`` on the device, a fresh model: ``--epochs`` epochs (default 1: what fits the part's 75 s
+    haloflow   ``TGNFamily`` on the device, a fresh model: ``--epochs`` epochs (default 1: what fits the part's 100 s
                on an H200 beside start-up and evaluation) over the training split, each from an empty memory and
                timed alone with CUDA events, then validation and test (``TGNFamily.evaluate``)
     pyg        ``bench.tgn.PygTGN`` (PyG's examples/tgn.py) on the device: the same, with ``pyg_train_epoch`` and

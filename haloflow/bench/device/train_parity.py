@@ -39,6 +39,8 @@ from haloflow.bench.device.common import Table, parse_part_args, part_parser, wr
 
 NAME = "train_parity"
 ROOT = Path(__file__).resolve().parents[3]
+TINY_PAIR_S = 100.0  # a 2-core CPU, the suite beside it, numba compiling from cold in a fresh clone
+PAIR_S = 34.0  # one pair side by side (10-24 s on the H200 machine): five pairs within the runner's 180 s
 
 
 def data_dir() -> Path:
@@ -63,8 +65,8 @@ def runs(tiny: bool) -> list[tuple[str, list[str], float]]:
 def start_cli(args: list[str], device: str, folder: Path, tag: str) -> tuple[subprocess.Popen, Path, list[str]]:
     log = folder / f"{tag}-{device}.jsonl"
     cmd = [sys.executable, "-m", "haloflow", *args, "--device", device, "--log-jsonl", str(log), "--no-progress"]
-    out = open(folder / f"{tag}-{device}.out", "w+")
-    return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, text=True), log, cmd
+    with open(folder / f"{tag}-{device}.out", "w") as out:  # the child keeps its own copy of the descriptor
+        return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, text=True), log, cmd
 
 
 def finish_cli(started: tuple[subprocess.Popen, Path, list[str]], timeout_s: float) -> list[dict]:
@@ -94,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     p = part_parser(f"python -m haloflow.bench.device.{NAME}", __doc__.splitlines()[0])
     args, _ = parse_part_args(p, argv)
     other = args.device.type  # the device side; the reference is always the CPU
+    pair_s = TINY_PAIR_S if args.tiny else PAIR_S
     table = Table(f"haloflow train on {other} against cpu: every logged loss compared",
                   ["run", "units", f"{other} units/s", "cpu units/s", "max rel diff", "tolerance", "same", "wall s"],
                   float_fmt=["", "", ".1f", ".1f", ".2e", ".0e", "", ".1f"])
@@ -104,10 +107,11 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.perf_counter()
             both = [start_cli(cli, "cpu", Path(tmp), name), start_cli(cli, other, Path(tmp), name + "-dev")]
             try:  # side by side: the reference on the CPU cores, the other on the device
-                ref, dev = (finish_cli(s, 240) for s in both)
+                ref, dev = (finish_cli(s, max(1.0, pair_s - (time.perf_counter() - t0))) for s in both)
             except RuntimeError as e:
                 for proc, _, _ in both:
                     proc.kill()
+                    proc.wait()
                 print(f"[{NAME}] {name} FAILED: {e}", flush=True)
                 table.rows.append([name, None, None, None, None, tol, "FAILED", time.perf_counter() - t0])
                 result[name] = {"error": str(e)}
