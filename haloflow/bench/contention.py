@@ -5,11 +5,11 @@
 The same GCN, DLRM and TGN steps on both sides (``contention_steps.py``), each side in worker processes of its
 own, one per thread count, so that each side's OpenMP runtime starts as its users' would: haloflow's imports
 haloflow first (its wait policy, ``haloflow/_openmp.py``); the peer's imports torch first, in the caller's
-environment less haloflow's defaults (stock PyTorch). A third side, haloflow with ``--adapt-threads``, runs
-where threads > 1. The co-tenants are ``--load`` processes running ``while True: pass``, started and killed by
+environment less haloflow's defaults (stock PyTorch). haloflow runs as a user's run does (its thread count
+follows the free cores); a third side, the control, is haloflow with ``--fixed-threads``, where threads > 1. The co-tenants are ``--load`` processes running ``while True: pass``, started and killed by
 the benchmark::
 
-    parent (no torch)                     workers: haloflow x {1, 2}, --adapt-threads x 2, peer x {1, 2} threads
+    parent (no torch)                     workers: haloflow x {1, 2}, --fixed-threads x 2, peer x {1, 2} threads
     for round r:                          each built its steps, warmed them up, said "ready"
       for load in (0, N) (order alternates):
         start N spinners (load > 0), wait until they run
@@ -41,8 +41,8 @@ from haloflow._openmp import caller_environ
 from haloflow.utils.atomic import atomic_write_text
 from haloflow.utils.table import format_table
 
-SIDES = ("haloflow", "adaptive", "peer")  # adaptive: haloflow with --adapt-threads (only where threads > 1)
-LABELS = {"haloflow": "haloflow", "adaptive": "haloflow --adapt-threads", "peer": "plain PyTorch"}
+SIDES = ("haloflow", "fixed", "peer")  # fixed: haloflow with --fixed-threads, the control (only where threads > 1)
+LABELS = {"haloflow": "haloflow", "fixed": "haloflow --fixed-threads", "peer": "plain PyTorch"}
 REPLY = "@contention "  # prefix of a worker's protocol lines on stdout (anything else there is ignored)
 # The peer imports torch before haloflow, so that torch's OpenMP runtime reads the caller's environment alone.
 PEER_BOOT = "import sys, torch; from haloflow.bench.contention import main; sys.exit(main(sys.argv[1:]))"
@@ -126,6 +126,7 @@ def serve(args) -> int:
 
     from haloflow._openmp import wait_policy
     from haloflow.bench.contention_steps import SIZES, build_step
+    from haloflow.utils.threads import reproducible_blas
 
     threads = torch.get_num_threads()  # OMP_NUM_THREADS, as the parent set it
     steps, missing = {}, {}
@@ -141,11 +142,11 @@ def serve(args) -> int:
     # torch shares to all cores (haloflow/utils/threads.py): give both sides their count back
     torch.set_num_threads(threads)
     _say({"threads": torch.get_num_threads(), "wait_policy": wait_policy(), "families": sorted(steps),
-          "missing": missing})
+          "missing": missing, "reproducible_blas": args.worker != "peer" and reproducible_blas()})
     for line in sys.stdin:
         _, family, count, settle_s = line.split()
         end = time.perf_counter() + float(settle_s)
-        while time.perf_counter() < end:  # --adapt-threads' governor looks every 0.1 s and acts on two looks
+        while time.perf_counter() < end:  # the thread governor looks every 0.1 s and acts on two looks
             steps[family]()
         times = []
         for _ in range(int(count)):
@@ -164,7 +165,7 @@ def _say(reply: dict) -> None:
 def measure(args) -> dict:
     """Every (family, side, threads, load): the step times of all rounds, in seconds."""
     workers = {(side, t): Worker(side, t, args) for side in SIDES for t in args.threads
-               if side != "adaptive" or t > 1}
+               if side != "fixed" or t > 1}
     try:
         info = {f"{side} x{t}": w.wait_ready() for (side, t), w in workers.items()}
         times: dict[tuple, list[float]] = {}
@@ -178,7 +179,7 @@ def measure(args) -> dict:
                         blocks = [b for b in blocks if b in workers and family in workers[b].info["families"]]
                         # A B C, then C B A: half the steps each way, so that a drift of the load across the
                         # blocks weighs on every side alike (in one order, the 1-thread step ran first under a
-                        # fresh load and the --adapt-threads one later: 1.11x it, against 0.89x when interleaved)
+                        # fresh load and the adapting one later: 1.11x it, against 0.89x when interleaved)
                         for half, order in ((args.steps // 2, blocks), (args.steps - args.steps // 2, blocks[::-1])):
                             for side, t in order if half else ():
                                 got = workers[side, t].run(family, half, args.settle)
@@ -196,7 +197,7 @@ def summarize(times: dict, args) -> list[dict]:
     causes: a parked thread stalls a step now and then); the ms shown are medians over the rounds, and every
     ratio is the median of the rounds' ratios, each taken within one round (the issue's method: what disturbed
     that round disturbed both sides of its ratio). ``loaded_vs_1_thread`` compares with the same code at 1 thread
-    under the same load (haloflow's for the adaptive side); the targets (issue 16) are the multi-thread haloflow
+    under the same load (haloflow's for the fixed side); the targets (issue 16) are the multi-thread haloflow
     rows': slowdown <= the peer's, and no slower than 1 thread under load (both within ``TOLERANCE``)."""
     per_round = {key: _round_means(v, args.steps) for key, v in times.items()}
 
@@ -209,7 +210,7 @@ def summarize(times: dict, args) -> list[dict]:
     for family in args.families:
         for t in args.threads:
             peer_slowdowns = None
-            for side in ("peer", "haloflow", "adaptive"):  # the peer first: the others compare with it
+            for side in ("peer", "haloflow", "fixed"):  # the peer first: the others compare with it
                 quiet, loaded = per_round.get((family, side, t, 0)), per_round.get((family, side, t, args.load))
                 if quiet is None and loaded is None:
                     continue
@@ -273,7 +274,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     p.add_argument("--steps", type=int, default=40, help="steps timed per side, family, thread count and round")
     p.add_argument("--warmup", type=int, default=3, help="untimed steps per family as a worker starts")
     p.add_argument("--settle", type=float, default=0.4,
-                   help="seconds of untimed steps before each timed block, under its load (lets --adapt-threads act)")
+                   help="seconds of untimed steps before each timed block, under its load (lets the thread count adapt)")
     p.add_argument("--families", nargs="+", choices=FAMILIES, default=list(FAMILIES))
     p.add_argument("--size", choices=sorted(SIZES), default="small", help="shapes of the steps (tiny: tests)")
     p.add_argument("--seed", type=int, default=0)

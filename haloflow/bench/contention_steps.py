@@ -3,7 +3,7 @@
 Each builder returns a function that trains one step (the next batch; GCN: one full-batch epoch) on the same
 math for both sides; the peers are the ones the one-family benches use::
 
-    family   haloflow (and "adaptive": the same with --adapt-threads)   peer
+    family   haloflow (and "fixed": the same with --fixed-threads)      peer
     gcn      GCNFamily.train_step (Kipf, no precompute)  2 x PyG GCNConv(cached) on a sparse CSR adjacency
     dlrm     DLRMFamily.train_unit (synthetic clicks)    PlainDLRM: nn.EmbeddingBag per table + the same MLPs
     tgn      TGNFamily.train_unit                        PyG's TGN example (PygTGN), the same negatives
@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from haloflow.engine.runtime import Runtime, RuntimeConfig
+from haloflow.engine.trainer import Family
 
 __all__ = ["Sizes", "SIZES", "FAMILIES", "build_step"]
 
@@ -55,12 +56,12 @@ SIZES = {
 
 
 def build_step(family: str, side: str, sizes: Sizes, seed: int = 0) -> Step:
-    """The step function of ``family`` ("gcn", "dlrm", "tgn") for ``side``: "haloflow", "adaptive" (haloflow with
-    ``--adapt-threads``: the runtime's governor looks after each step, as the training loop has it do) or "peer"."""
+    """The step function of ``family`` ("gcn", "dlrm", "tgn") for ``side``: "haloflow" (the runtime's thread
+    governor looks after each step, as the training loop has it do), "fixed" (``--fixed-threads``) or "peer"."""
     if side == "peer":
         return _PEERS[family](sizes, seed)
-    runtime = RuntimeConfig(device="cpu", progress=False, adapt_threads=side == "adaptive")
-    step, rt = _HALOFLOW[family](sizes, seed, runtime)
+    runtime = RuntimeConfig(device="cpu", progress=False, adapt_threads=side != "fixed")
+    step, rt, _ = _HALOFLOW[family](sizes, seed, runtime)
 
     def unit():
         step()
@@ -80,7 +81,7 @@ def _graph(sizes: Sizes, seed: int):
     return graph, x, y
 
 
-def _gcn_haloflow(sizes: Sizes, seed: int, runtime: RuntimeConfig) -> tuple[Step, Runtime]:
+def _gcn_haloflow(sizes: Sizes, seed: int, runtime: RuntimeConfig) -> tuple[Step, Runtime, Family]:
     from haloflow.data.graph import GraphDataset
     from haloflow.engine.gcn.train import GCNFamily, GCNTrainConfig
 
@@ -93,7 +94,7 @@ def _gcn_haloflow(sizes: Sizes, seed: int, runtime: RuntimeConfig) -> tuple[Step
     family.setup(rt)
     family.begin(0)
     epoch = iter(range(10**9))
-    return (lambda: family.train_step(next(epoch))), rt
+    return (lambda: family.train_step(next(epoch))), rt, family
 
 
 def _gcn_peer(sizes: Sizes, seed: int) -> Step:
@@ -117,7 +118,7 @@ def _gcn_peer(sizes: Sizes, seed: int) -> Step:
 
 
 # ------------------------------------------------------------------------------------------------ DLRM
-def _dlrm_haloflow(sizes: Sizes, seed: int, runtime: RuntimeConfig) -> tuple[Step, Runtime]:
+def _dlrm_haloflow(sizes: Sizes, seed: int, runtime: RuntimeConfig) -> tuple[Step, Runtime, Family]:
     from haloflow.data.clicks import CHUNK
     from haloflow.engine.dlrm.train import DLRMFamily, DLRMTrainConfig
 
@@ -131,7 +132,7 @@ def _dlrm_haloflow(sizes: Sizes, seed: int, runtime: RuntimeConfig) -> tuple[Ste
     # in one step in CHUNK / B that is the data's cost, not the step's
     family.stream = itertools.cycle(list(itertools.islice(family.stream, max(1, CHUNK // sizes.dlrm_batch))))
     index = iter(range(10**9))
-    return (lambda: family.train_unit(next(index))), rt
+    return (lambda: family.train_unit(next(index))), rt, family
 
 
 def _dlrm_peer(sizes: Sizes, seed: int) -> Step:
@@ -177,7 +178,7 @@ def _tgn_config(sizes: Sizes, seed: int, runtime: RuntimeConfig | None = None):
                           runtime=runtime or RuntimeConfig(device="cpu", progress=False))
 
 
-def _tgn_haloflow(sizes: Sizes, seed: int, runtime: RuntimeConfig) -> tuple[Step, Runtime]:
+def _tgn_haloflow(sizes: Sizes, seed: int, runtime: RuntimeConfig) -> tuple[Step, Runtime, Family]:
     from haloflow.engine.tgn.train import TGNFamily
 
     config = _tgn_config(sizes, seed, runtime)
@@ -185,7 +186,7 @@ def _tgn_haloflow(sizes: Sizes, seed: int, runtime: RuntimeConfig) -> tuple[Step
     family.setup(rt)
     family.begin(0)
     index = iter(range(10**9))
-    return (lambda: family.train_unit(next(index))), rt
+    return (lambda: family.train_unit(next(index))), rt, family
 
 
 def _tgn_peer(sizes: Sizes, seed: int) -> Step:

@@ -4,7 +4,7 @@ ranks (``tests/cli/test_runtime_args.py`` holds it to that).
 
 ::
 
-    RuntimeConfig         --device, --timeout, --log-jsonl, progress, --adapt-threads   (engine/runtime.py runs it)
+    RuntimeConfig         --device, --timeout, --log-jsonl, progress, --fixed-threads   (engine/runtime.py runs it)
       CheckpointConfig    --checkpoint-dir/-every/-keep, --resume, --fail-at            (engine/checkpoint.py)
     GradSyncConfig        --bucket-bytes: the weight-gradient buckets                   (engine/grad_sync.py)
     SCHEDULES             "overlap" or its control "wait_first" (GCN's halos, TGN's rows)
@@ -92,8 +92,9 @@ class RuntimeConfig:
         log_every: when no bar shows, print a line every this many epochs or steps (0: about ten lines a run).
         checkpoint: where and how often to save, and where to resume from (``engine/checkpoint.py``).
         adapt_threads: between units, use fewer threads while other processes keep the cores busy, and go back
-            up when they leave (``utils/threads.ThreadGovernor``); off by default, since threaded reductions round
-            by the thread count and the run is then no longer bit-for-bit repeatable.
+            up when they leave (``utils/threads.ThreadGovernor``; ``--fixed-threads`` turns it off). On only where
+            the numbers do not depend on the thread count (MKL in its reproducible mode, set at start-up), so a
+            run is the same bit for bit whatever else runs beside it.
     """
 
     device: str = option("auto", choices=DEVICES, means="CUDA when present",
@@ -106,8 +107,8 @@ class RuntimeConfig:
     log_every: int = option(0, metavar="N", means="about ten lines a run",
                             help="without a progress bar, print a line every N epochs or steps")
     checkpoint: CheckpointConfig = nested(CheckpointConfig, "checkpoints and recovery")
-    adapt_threads: bool = option(False, help="use fewer threads while other processes keep the cores busy "
-                                             "(results then round by the thread count of the moment)")
+    adapt_threads: bool = option(True, "--fixed-threads", negate=True,
+                                 help="keep the thread count fixed, also while other processes keep the cores busy")
 
     def __post_init__(self) -> None:
         if self.device not in DEVICES:

@@ -40,7 +40,7 @@ from haloflow.errors import ConfigError
 from haloflow.utils.atomic import atomic_output, open_stream, reporting_full_disk
 from haloflow.utils.progress import progress_bar
 from haloflow.utils.threads import (BusyMeter, ThreadBudget, ThreadGovernor, cores_here, fitting_threads,
-                                    follow_torch_threads)
+                                    follow_torch_threads, reproducible_blas)
 
 __all__ = [
     "DEVICES", "ParallelLayout", "expect_parts", "resolve_device", "init_from_env", "shutdown", "RuntimeConfig", "Runtime",
@@ -219,7 +219,13 @@ class Runtime:
         self.startup_s: float | None = None
         self.metrics = MetricsLog(config.log_jsonl if layout.is_main else None)
         threads = torch.get_num_threads()
-        self.governor = ThreadGovernor(limit=threads) if config.adapt_threads and threads > 1 else None
+        # the thread count may follow the load only where the numbers cannot follow it
+        adapt = config.adapt_threads and threads > 1 and reproducible_blas()
+        self.governor = ThreadGovernor(limit=threads) if adapt else None
+        if config.adapt_threads and threads > 1 and not adapt and layout.is_main:
+            log.info("threads stay at %d: MKL's reproducible mode could not be set (no MKL, or a product ran in this "
+                     "process before the run started), so a changing thread count would change the rounding",
+                     threads)
         # Without the governor, start-up is watched once for other processes' load (see `started`). A lone
         # process only: sibling ranks loading their data would read as others.
         watch = self.governor is None and threads > 1 and layout.is_main and self.thread_budget.ranks == 1
@@ -231,6 +237,7 @@ class Runtime:
         the run is this process alone, as training on a whole data set is)."""
         config = config or RuntimeConfig()
         t0 = time.perf_counter()
+        reproducible_blas()  # before this run's first product: MKL takes the mode only then
         follow_torch_threads()  # before any numba kernel can reset torch's thread count
         if not join:
             layout = ParallelLayout(rank=0, world_size=1, local_rank=0, device=resolve_device(config.device),
@@ -252,7 +259,7 @@ class Runtime:
         return self
 
     def between_units(self) -> None:
-        """Called by the loop after every unit: with ``adapt_threads``, the thread count follows the free cores."""
+        """Called by the loop after every unit: the thread count follows the free cores (``adapt_threads``)."""
         if self.governor is not None:
             changed = self.governor.tick()
             if changed is not None:
@@ -285,7 +292,7 @@ class Runtime:
         """Mark the end of start-up (group, data, model, first checks); returns the start-up seconds.
 
         When other processes kept the cores busy meanwhile, so that fewer threads than this run's would fit beside
-        them, a warning names ``--adapt-threads``: with fixed threads every parallel region waits for the one the
+        them, a warning says so: with fixed threads (``--fixed-threads``, or no reproducible BLAS) every parallel region waits for the one the
         scheduler parks (a step beside two busy processes took 1.5-2.4x its 1-thread time, ``bench contention``).
         """
         self.startup_s = time.perf_counter() - self._t0
@@ -294,8 +301,8 @@ class Runtime:
             others, cores = meter.others(), len(meter.cpus)
             if fitting_threads(cores, others) < self.threads:
                 log.warning("other processes kept %.1f of %d cores busy during start-up; with %d fixed threads every "
-                            "parallel region waits for whichever the scheduler parks. --adapt-threads runs fewer "
-                            "while they are busy (results then round by the thread count)", others, cores, self.threads)
+                            "parallel region waits for whichever the scheduler parks (fixed: --fixed-threads, or see the "
+                            "start-up line)", others, cores, self.threads)
         return self.startup_s
 
     def reporter(self, *, total: int, unit: str, desc: str, done: int = 0) -> "Reporter":

@@ -11,7 +11,7 @@ else, once for every family::
       for unit in done .. total-1:
           ckpt.maybe_fail(unit + 1)   the fault point (testing aid)
           m = family.train_unit(unit) one epoch / step / batch, every rank together -> a typed record
-          rt.between_units()          --adapt-threads: fewer threads while other processes hold the cores
+          rt.between_units()          fewer threads while other processes hold the cores (--fixed-threads: not)
           metrics log <- m.record()   a JSON line when the family has one for this unit
           progress    <- m.progress() the bar or a printed line (rank 0)
           ckpt.due -> ckpt.save(family.export() + the RNG)
@@ -196,7 +196,7 @@ def _loop(family: Family, rt: Runtime, ckpt, done: int, total: int) -> float:
             at = index + 1
             ckpt.maybe_fail(index + 1)
             metrics = family.train_unit(index)
-            rt.between_units()  # --adapt-threads: the thread count follows the free cores
+            rt.between_units()  # the thread count follows the free cores (unless --fixed-threads)
             record = metrics.record()
             if record is not None:
                 rt.metrics.write(record)

@@ -169,7 +169,8 @@ class TemporalAttention(nn.Module):
         b_v = self.w_kv.bias[dq:].view(h, dh, 1)  # (H, Dh, 1); the key bias cancels in the softmax
         w_qs, w_qt = self.w_q.weight.split([ds, dq - ds], dim=1)  # (Dq, Ds), (Dq, Dq - Ds)
         scale = dh**-0.5
-        q_shared = (F.linear(t_q, w_qt, self.w_q.bias) * scale).view(h, 1, dh)  # (H, 1, Dh)
+        # a row-wise dot, not a (1 x Dq) product: BLAS splits a one-row product's inner dimension by thread count
+        q_shared = ((w_qt * t_q).sum(1).add_(self.w_q.bias) * scale).view(h, 1, dh)  # (H, 1, Dh)
         a = torch.bmm(w_qs.view(h, dh, ds).transpose(1, 2), w_k) * scale  # (H, Ds, Dk)
         c = torch.bmm(q_shared, w_k)  # (H, 1, Dk)
         q_in = torch.addmm(c.reshape(-1), s_q, a.transpose(0, 1).reshape(ds, h * dk))  # (Q or U, H*Dk)
@@ -181,7 +182,7 @@ class TemporalAttention(nn.Module):
         e = torch.bmm(g, b_v).squeeze(2)  # (H, D)
         # two products, not one over cat([x_bar, sum_j p]): the cat and the slicing of its gradient copied the
         # (Q, H*Dk) block twice a batch
-        base = torch.addmm(w_after @ self.w_o.bias, probs.sum(-1), e)  # (Q, D): biases, sum_j p_hj b_v,h folded
+        base = torch.addmm((w_after * self.w_o.bias).sum(1), probs.sum(-1), e)  # (Q, D): biases, sum_j p_hj b_v,h folded
         out = torch.addmm(base, x_bar.reshape(q_n, h * dk), b_all.t())  # (Q, D)
         return out.masked_fill(~mask.any(dim=1)[:, None], 0.0)  # a query without neighbours: zero attention
 
@@ -231,6 +232,15 @@ def _gru_cell(cell: nn.GRUCell, h: torch.Tensor, other: list[torch.Tensor], phi:
     return _GRUGates.apply(xp, hp, b_hh[2 * m:], h)
 
 
+_GRAIN = 32768  # at::internal::GRAIN_SIZE: an elementwise op over fewer elements runs on one thread
+
+
+def _row_blocks(rows: int, width: int) -> list[slice]:
+    """Row slices of at most ``_GRAIN`` elements of a (rows, width) block (one slice when it fits)."""
+    step = max(1, _GRAIN // width)
+    return [slice(i, min(i + step, rows)) for i in range(0, rows, step)] if rows > step else [slice(0, rows)]
+
+
 class _GRUGates(torch.autograd.Function):
     """torch's GRU cell from the products of `_gru_cell`::
 
@@ -250,12 +260,19 @@ class _GRUGates(torch.autograd.Function):
     @staticmethod
     def forward(ctx, xp, hp, b_gh, h):
         m = h.shape[1]
-        rz = torch.add(xp[:, :2 * m], hp[:, :2 * m]).sigmoid_()  # (n, 2M): r | z
-        r, z = rz[:, :m], rz[:, m:]
+        rz = torch.add(xp[:, :2 * m], hp[:, :2 * m])  # (n, 2M): r | z, before the sigmoid
         gh_n = torch.add(hp[:, 3 * m:], b_gh)  # (n, M)
-        n = torch.add(xp[:, 2 * m:], hp[:, 2 * m:3 * m]).addcmul_(r, gh_n).tanh_()  # (n, M)
+        n = torch.add(xp[:, 2 * m:], hp[:, 2 * m:3 * m])  # (n, M), before the r product and the tanh
+        out = torch.empty_like(n)
+        # in row blocks of at most torch's grain: a larger op is cut into one piece per thread, and the piece's
+        # last elements take the scalar sigmoid / tanh, whose rounding differs from the vector one, so the
+        # result depended on the thread count; a block runs on one thread and is cut the same way at any count
+        # (on a GPU the whole block is one launch: no CPU threads there)
+        for b in _row_blocks(rz.shape[0], 2 * m) if rz.device.type == "cpu" else [slice(None)]:
+            r_b, z_b = rz[b].sigmoid_().split(m, dim=1)
+            torch.lerp(n[b].addcmul_(r_b, gh_n[b]).tanh_(), h[b], z_b, out=out[b])
         ctx.save_for_backward(rz, n, gh_n, h)
-        return torch.lerp(n, h, z)
+        return out
 
     @staticmethod
     def backward(ctx, g):
@@ -478,7 +495,9 @@ class TGN(nn.Module):
         first, last = self.decoder[0], self.decoder[2]
         w_src, w_other = first.weight.split(d, dim=1)  # (D, D) each
         hidden = F.linear(z[b:], w_other).view(2, b, d) + F.linear(z[:b], w_src, first.bias)  # (2, B, D)
-        logits = last(hidden.relu()).view(2, b)  # (2, B): [pos; neg]
+        # the (D -> 1) layer as a row-wise dot: as a product its weight gradient is (1 x 2B) @ (2B x D), whose 2B
+        # BLAS splits by thread count, so the rounding (and a run) depended on the threads; a column sum does not
+        logits = torch.add((hidden.relu() * last.weight.view(d)).sum(-1), last.bias)  # (2, B): [pos; neg]
         return TGNOutput(logits[0], logits[1], memory, last_update)
 
 

@@ -25,20 +25,20 @@ def test_slowdowns_and_thread_ratios_from_known_times():
     # two rounds of one step each: every ratio is the median (here the mean) of the two rounds' ratios
     times = {("dlrm", "haloflow", 1, 0): [10 * MS, 20 * MS], ("dlrm", "haloflow", 1, 2): [30 * MS, 40 * MS],
              ("dlrm", "haloflow", 2, 0): [5 * MS, 5 * MS], ("dlrm", "haloflow", 2, 2): [15 * MS, 20 * MS],
-             ("dlrm", "adaptive", 2, 0): [5 * MS, 5 * MS], ("dlrm", "adaptive", 2, 2): [30 * MS, 44 * MS],
+             ("dlrm", "fixed", 2, 0): [5 * MS, 5 * MS], ("dlrm", "fixed", 2, 2): [30 * MS, 44 * MS],
              ("dlrm", "peer", 1, 0): [4 * MS, 4 * MS], ("dlrm", "peer", 1, 2): [12 * MS, 12 * MS],
              ("dlrm", "peer", 2, 0): [2 * MS, 2 * MS], ("dlrm", "peer", 2, 2): [12 * MS, 12 * MS]}
     rows = _rows(times)
-    assert list(rows) == [("peer", 1), ("haloflow", 1), ("peer", 2), ("haloflow", 2), ("adaptive", 2)]
-    one, two, adaptive = rows["haloflow", 1], rows["haloflow", 2], rows["adaptive", 2]
+    assert list(rows) == [("peer", 1), ("haloflow", 1), ("peer", 2), ("haloflow", 2), ("fixed", 2)]
+    one, two, fixed = rows["haloflow", 1], rows["haloflow", 2], rows["fixed", 2]
     assert one["quiet_ms"] == pytest.approx(15) and one["slowdown"] == pytest.approx((3 + 2) / 2)
     assert one["slowdown_vs_peer"] == pytest.approx((1 + 2 / 3) / 2) and one["loaded_vs_1_thread"] is None
     assert "target_slowdown_met" not in one  # the targets are the multi-thread rows'
     assert two["slowdown"] == pytest.approx(3.5) and rows["peer", 2]["slowdown"] == pytest.approx(6)
     assert two["slowdown_vs_peer"] == pytest.approx(3.5 / 6) and two["target_slowdown_met"] is True
     assert two["loaded_vs_1_thread"] == pytest.approx(0.5) and two["target_threads_met"] is True
-    assert adaptive["loaded_vs_1_thread"] == pytest.approx((1 + 1.1) / 2)  # against haloflow's own 1 thread
-    assert adaptive["target_threads_met"] is True  # 1.05: within the tolerance
+    assert fixed["loaded_vs_1_thread"] == pytest.approx((1 + 1.1) / 2)  # against haloflow's own 1 thread
+    assert fixed["target_threads_met"] is True  # 1.05: within the tolerance
     assert rows["peer", 2]["loaded_vs_1_thread"] == pytest.approx(1) and "target_threads_met" not in rows["peer", 2]
 
 
@@ -79,18 +79,22 @@ def test_a_tiny_run_prints_the_table_and_writes_every_row(tmp_path, capsys):
     assert main(["--size", "tiny", "--rounds", "1", "--steps", "1", "--warmup", "1", "--load", "1", "--settle", "0",
                  "--out", str(out)]) == 0
     text = capsys.readouterr().out
-    assert "1 busy co-tenants" in text and "haloflow --adapt-threads" in text and f"wrote {out}" in text
+    assert "1 busy co-tenants" in text and "haloflow --fixed-threads" in text and f"wrote {out}" in text
     result = json.loads(out.read_text())
-    sides = [("peer", 1), ("haloflow", 1), ("peer", 2), ("haloflow", 2), ("adaptive", 2)]
+    sides = [("peer", 1), ("haloflow", 1), ("peer", 2), ("haloflow", 2), ("fixed", 2)]
     assert [(r["family"], r["side"], r["threads"]) for r in result["rows"]] == [
         (f, side, t) for f in ("gcn", "dlrm", "tgn") for side, t in sides]
     assert {k: w["threads"] for k, w in result["workers"].items()} == {
-        "haloflow x1": 1, "haloflow x2": 2, "adaptive x2": 2, "peer x1": 1, "peer x2": 2}
+        "haloflow x1": 1, "haloflow x2": 2, "fixed x2": 2, "peer x1": 1, "peer x2": 2}
     if not any(name in caller_environ() for name in CHOSEN_BY):  # haloflow's default on one side, torch's on the other
         assert {w["wait_policy"] for k, w in result["workers"].items()
                 if not k.startswith("peer")} == {"spin 10,000 pauses, then sleep"}
         assert all(w["wait_policy"].startswith("spinning 300,000 pauses (torch was imported before haloflow")
                    for k, w in result["workers"].items() if k.startswith("peer"))
+    # haloflow's workers put MKL in its reproducible mode before their first product (where torch has MKL)
+    import torch
+    assert all(w["reproducible_blas"] == torch.backends.mkl.is_available()
+               for k, w in result["workers"].items() if not k.startswith("peer"))
     for row in result["rows"]:
         assert row["slowdown"] > 0 and (row["side"] == "peer" or row["slowdown_vs_peer"] > 0)
     assert {(t["family"], t["side"], t["threads"], t["load"]) for t in result["times_s"]} == {

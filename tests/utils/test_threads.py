@@ -106,20 +106,29 @@ def test_governor_ignores_a_single_burst_and_reads_at_most_every_interval(two_th
     assert gov.tick() is None and torch.get_num_threads() == 2  # ... gone by the next look
 
 
-def test_runtime_governs_only_when_asked(two_threads):
+def test_runtime_governs_unless_fixed_and_only_where_blas_rounds_alike_at_any_count(two_threads, monkeypatch, caplog):
+    from haloflow.engine import runtime as runtime_mod
     from haloflow.engine.runtime import Runtime, RuntimeConfig
 
-    with Runtime.start(RuntimeConfig(progress=False, device="cpu"), join=False) as rt:
+    with Runtime.start(RuntimeConfig(progress=False, device="cpu", adapt_threads=False), join=False) as rt:
         assert rt.governor is None
         rt.between_units()  # a no-op
-    with Runtime.start(RuntimeConfig(progress=False, device="cpu", adapt_threads=True), join=False) as rt:
+    monkeypatch.setattr(runtime_mod, "reproducible_blas", lambda: True)
+    with Runtime.start(RuntimeConfig(progress=False, device="cpu"), join=False) as rt:  # the default
         assert isinstance(rt.governor, ThreadGovernor) and rt.governor.limit == 2
+    monkeypatch.setattr(runtime_mod, "reproducible_blas", lambda: False)  # MKL ran before the run: mode unset
+    with caplog.at_level(logging.INFO, logger="haloflow.engine.runtime"):
+        with Runtime.start(RuntimeConfig(progress=False, device="cpu"), join=False) as rt:
+            assert rt.governor is None
+    assert any("threads stay at 2" in r.getMessage() for r in caplog.records)
 
 
 @pytest.mark.parametrize("adapt", [False, True])
-def test_a_start_up_beside_busy_processes_names_adapt_threads_unless_it_is_on(two_threads, caplog, adapt):
+def test_a_start_up_beside_busy_processes_warns_when_the_threads_are_fixed(two_threads, caplog, monkeypatch, adapt):
+    from haloflow.engine import runtime as runtime_mod
     from haloflow.engine.runtime import Runtime, RuntimeConfig
 
+    monkeypatch.setattr(runtime_mod, "reproducible_blas", lambda: True)
     spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
     try:
         time.sleep(0.3)  # both spinning: the two cores are theirs
@@ -136,7 +145,30 @@ def test_a_start_up_beside_busy_processes_names_adapt_threads_unless_it_is_on(tw
     if adapt:  # the governor handles it: nothing to advise
         assert warned == []
     else:
-        assert len(warned) == 1 and "--adapt-threads" in warned[0] and "of 2 cores busy" in warned[0]
+        assert len(warned) == 1 and "--fixed-threads" in warned[0] and "of 2 cores busy" in warned[0]
+
+
+def test_blas_in_a_fresh_process_rounds_alike_at_any_thread_count():
+    """MKL's strict mode set before the first product: a long inner dimension (a weight gradient's) gives the same
+    bits at 1, 2 and 3 threads; without it MKL splits that dimension by thread count (this test's control)."""
+    torch_mkl = pytest.importorskip("torch").backends.mkl.is_available()
+    if not torch_mkl:
+        pytest.skip("this torch has no MKL: its BLAS has no reproducible mode to set")
+    code = ("import sys, torch; from haloflow.utils.threads import reproducible_blas\n"
+            "ok = reproducible_blas() if sys.argv[1] == 'strict' else None\n"
+            "g = torch.Generator().manual_seed(0)\n"
+            "a, b = torch.randn(100, 798, generator=g), torch.randn(798, 300, generator=g)\n"
+            "out = []\n"
+            "for t in (1, 2, 3):\n"
+            "    torch.set_num_threads(t); out.append(a @ b)\n"
+            "print(ok, all(torch.equal(out[0], o) for o in out[1:]))\n")
+    got = {mode: subprocess.run([sys.executable, "-c", code, mode], capture_output=True, text=True, check=True,
+                                env={k: v for k, v in os.environ.items() if k != "MKL_CBWR"}).stdout.split()
+           for mode in ("strict", "default")}
+    assert got["strict"] == ["True", "True"]
+    # the control: on the Intel Xeons here MKL's default mode splits that product by thread count ("False"); on
+    # another CPU it may not, and the strict mode's result above is the claim
+    assert got["default"][0] == "None" and got["default"][1] in ("True", "False")
 
 
 def test_threads_that_fit_beside_other_processes():
