@@ -142,7 +142,7 @@ def serve(args) -> int:
     # torch shares to all cores (haloflow/utils/threads.py): give both sides their count back
     torch.set_num_threads(threads)
     _say({"threads": torch.get_num_threads(), "wait_policy": wait_policy(), "families": sorted(steps),
-          "missing": missing, "reproducible_blas": args.worker != "peer" and reproducible_blas()})
+          "missing": missing, "reproducible_blas": reproducible_blas() if args.worker == "haloflow" else None})
     for line in sys.stdin:
         _, family, count, settle_s = line.split()
         end = time.perf_counter() + float(settle_s)

@@ -237,7 +237,8 @@ class Runtime:
         the run is this process alone, as training on a whole data set is)."""
         config = config or RuntimeConfig()
         t0 = time.perf_counter()
-        reproducible_blas()  # before this run's first product: MKL takes the mode only then
+        if config.adapt_threads:  # before this run's first product: MKL takes the mode only then
+            reproducible_blas()
         follow_torch_threads()  # before any numba kernel can reset torch's thread count
         if not join:
             layout = ParallelLayout(rank=0, world_size=1, local_rank=0, device=resolve_device(config.device),

@@ -74,10 +74,13 @@ def reproducible_blas() -> bool:
     """Put MKL in its strict reproducible mode (``MKL_CBWR=AUTO,STRICT``; a branch already chosen in ``MKL_CBWR`` is
     kept); True when products now round the same at any thread count.
 
-    MKL takes the mode only before its first call in the process: ``Runtime.start`` asks at once, and in a process
-    whose products ran earlier (or without MKL: another BLAS, a GPU-only build) this is False and the training
-    loop keeps its thread count fixed. Measured here: an epoch of TGN on Wikipedia 0.99x the time, a (100 x 798)
-    @ (798 x 300) weight gradient the same, (512 x 2048) @ (2048 x 13) 2.8x (0.18 -> 0.49 ms).
+    MKL takes the mode only before its first call in the process: ``Runtime.start`` asks at once (unless the run
+    keeps its threads fixed, ``--fixed-threads``: then its rounding cannot move and MKL keeps its fastest split),
+    and in a process whose products ran earlier (or without MKL: another BLAS, a GPU-only build) this is False
+    and the training loop keeps its thread count fixed. The mode costs where a product's output is small and its
+    inner dimension long, the shape MKL splits the inner dimension of: a (512 x 2048) @ (2048 x 13) product took
+    2.8x as long (0.18 -> 0.49 ms); 2 threads, the contention bench's steps, 7 rounds: GCN at 20,000 nodes 1.11x
+    the time, at 200,000 nodes 1.03x; TGN 1.02x; DLRM 1.02x (2026-12-05, 2-core Xeon).
     """
     global _BLAS_REPRODUCIBLE
     if _BLAS_REPRODUCIBLE is None:

@@ -91,10 +91,12 @@ def test_a_tiny_run_prints_the_table_and_writes_every_row(tmp_path, capsys):
                 if not k.startswith("peer")} == {"spin 10,000 pauses, then sleep"}
         assert all(w["wait_policy"].startswith("spinning 300,000 pauses (torch was imported before haloflow")
                    for k, w in result["workers"].items() if k.startswith("peer"))
-    # haloflow's workers put MKL in its reproducible mode before their first product (where torch has MKL)
+    # haloflow's (adapting) workers put MKL in its reproducible mode before their first product, where torch has
+    # MKL; the fixed-thread control and the peer do not ask
     import torch
-    assert all(w["reproducible_blas"] == torch.backends.mkl.is_available()
-               for k, w in result["workers"].items() if not k.startswith("peer"))
+    assert {k: w["reproducible_blas"] for k, w in result["workers"].items()} == {
+        "haloflow x1": torch.backends.mkl.is_available(), "haloflow x2": torch.backends.mkl.is_available(),
+        "fixed x2": None, "peer x1": None, "peer x2": None}
     for row in result["rows"]:
         assert row["slowdown"] > 0 and (row["side"] == "peer" or row["slowdown_vs_peer"] > 0)
     assert {(t["family"], t["side"], t["threads"], t["load"]) for t in result["times_s"]} == {
