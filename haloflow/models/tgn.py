@@ -232,13 +232,28 @@ def _gru_cell(cell: nn.GRUCell, h: torch.Tensor, other: list[torch.Tensor], phi:
     return _GRUGates.apply(xp, hp, b_hh[2 * m:], h)
 
 
-_GRAIN = 32768  # at::internal::GRAIN_SIZE: an elementwise op over fewer elements runs on one thread
+_GRAIN = 32768  # at::internal::GRAIN_SIZE: torch cuts an elementwise op over more elements into one piece a thread
+_STEP = 32  # elements of one step of torch's vector loop (2 x 16 floats with AVX-512; a multiple of AVX2's and NEON's)
 
 
-def _row_blocks(rows: int, width: int) -> list[slice]:
-    """Row slices of at most ``_GRAIN`` elements of a (rows, width) block (one slice when it fits)."""
-    step = max(1, _GRAIN // width)
-    return [slice(i, min(i + step, rows)) for i in range(0, rows, step)] if rows > step else [slice(0, rows)]
+def _tail_free(rows: int, width: int, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """An empty (rows, width) block and the flat buffer it starts, padded so that torch cuts an elementwise op
+    over the buffer into pieces of whole vector steps, at the thread count of the moment.
+
+    torch gives each thread ``ceil(numel / pieces)`` elements and runs the last ``piece % 32`` of each in its
+    scalar loop, whose sigmoid rounds differently from the vector one (47 of 3.1M values here): the result then
+    depended on the thread count. Over the padded buffer every element takes the vector code, at any count.
+    """
+    numel, threads = rows * width, torch.get_num_threads()
+    size = -(-numel // _STEP) * _STEP
+    while True:
+        pieces = 1 if size < _GRAIN or threads == 1 else min(threads, -(-size // _GRAIN))
+        padded = -(-size // (_STEP * pieces)) * (_STEP * pieces)
+        if padded == size:
+            break
+        size = padded
+    buf = like.new_empty(size)
+    return buf[:numel].view(rows, width), buf
 
 
 class _GRUGates(torch.autograd.Function):
@@ -259,18 +274,16 @@ class _GRUGates(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, xp, hp, b_gh, h):
-        m = h.shape[1]
-        rz = torch.add(xp[:, :2 * m], hp[:, :2 * m])  # (n, 2M): r | z, before the sigmoid
+        m, rows = h.shape[1], h.shape[0]
+        rz, buf = _tail_free(rows, 2 * m, xp)  # (n, 2M): r | z
+        torch.add(xp[:, :2 * m], hp[:, :2 * m], out=rz)
+        # over the padded buffer every element takes torch's vector loop: the same bits at any thread count (the
+        # scalar and vector tanh, lerp and addcmul below agreed on every value tried; the sigmoids did not)
+        buf.sigmoid_()
+        r, z = rz[:, :m], rz[:, m:]
         gh_n = torch.add(hp[:, 3 * m:], b_gh)  # (n, M)
-        n = torch.add(xp[:, 2 * m:], hp[:, 2 * m:3 * m])  # (n, M), before the r product and the tanh
-        out = torch.empty_like(n)
-        # in row blocks of at most torch's grain: a larger op is cut into one piece per thread, and the piece's
-        # last elements take the scalar sigmoid / tanh, whose rounding differs from the vector one, so the
-        # result depended on the thread count; a block runs on one thread and is cut the same way at any count
-        # (on a GPU the whole block is one launch: no CPU threads there)
-        for b in _row_blocks(rz.shape[0], 2 * m) if rz.device.type == "cpu" else [slice(None)]:
-            r_b, z_b = rz[b].sigmoid_().split(m, dim=1)
-            torch.lerp(n[b].addcmul_(r_b, gh_n[b]).tanh_(), h[b], z_b, out=out[b])
+        n = torch.add(xp[:, 2 * m:], hp[:, 2 * m:3 * m]).addcmul_(r, gh_n).tanh_()  # (n, M)
+        out = torch.lerp(n, h, z)
         ctx.save_for_backward(rz, n, gh_n, h)
         return out
 
