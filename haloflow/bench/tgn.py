@@ -192,6 +192,12 @@ def pyg_train_epoch(model: PygTGN, train_ids: np.ndarray, train_neg, epoch: int)
     return time.perf_counter() - t0
 
 
+# haloflow's runs share this process with PyG's: fixed threads, so that neither side puts MKL in its reproducible
+# mode for both (MKL takes one mode a process). A default `train tgn` pays that mode too: 1.02x the step time
+# (utils/threads.reproducible_blas)
+SAME_PROCESS = {"progress": False, "device": "cpu", "adapt_threads": False}
+
+
 def speed_rounds(events, train_ids: np.ndarray, train_neg, rounds: int, seed: int) -> dict:
     """Training events/s of both sides, one epoch each per round, in alternating order (haloflow first in even
     rounds): under a shared machine's changing load the per-round ratio is what compares them. Returns the
@@ -200,7 +206,7 @@ def speed_rounds(events, train_ids: np.ndarray, train_neg, rounds: int, seed: in
     from haloflow.engine.tgn.train import TGNTrainConfig, train_tgn
 
     pyg = PygTGN(events, seed)
-    cfg = TGNTrainConfig(events="-", seed=seed, eval=False, runtime=RuntimeConfig(progress=False, device="cpu"))
+    cfg = TGNTrainConfig(events="-", seed=seed, eval=False, runtime=RuntimeConfig(**SAME_PROCESS))
     ours, theirs = [], []
     for r in range(rounds):
         for side in (("haloflow", "pyg") if r % 2 == 0 else ("pyg", "haloflow")):
@@ -217,15 +223,13 @@ def haloflow_tgn(events, epochs: int, seed: int) -> dict:
     from haloflow.engine.tgn.train import TGNTrainConfig, train_tgn
 
     # warm-up: numba compiles the sampler and negative kernels on first use (cached on disk afterwards)
-    train_tgn(TGNTrainConfig(events="-", max_train_batches=3, eval=False, runtime=RuntimeConfig(progress=False,
-                                                                                               device="cpu")),
+    train_tgn(TGNTrainConfig(events="-", max_train_batches=3, eval=False, runtime=RuntimeConfig(**SAME_PROCESS)),
               events=events)
     out = {"epochs": []}
     for e in range(1, epochs + 1):  # a fresh run per epoch count, evaluated after its last epoch
         if e != epochs and e != 1:
             continue
-        r = train_tgn(TGNTrainConfig(events="-", epochs=e, seed=seed, runtime=RuntimeConfig(progress=False,
-                                                                                          device="cpu")),
+        r = train_tgn(TGNTrainConfig(events="-", epochs=e, seed=seed, runtime=RuntimeConfig(**SAME_PROCESS)),
                       events=events)
         out["epochs"].append({"epoch": e - 1, "train_s": r.train_s, "events_per_s": r.events_per_s, **r.metrics})
     return out
