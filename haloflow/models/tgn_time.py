@@ -193,8 +193,7 @@ class _CosEncodeOps(torch.autograd.Function):
         g_arg = torch.sin(arg).mul_(grad).neg_().masked_fill_(~mask.unsqueeze(-1), 0.0)  # d cos / d arg = -sin
         g_arg = g_arg.reshape(-1, w.shape[0])  # (n, d)
         g_dt = (g_arg * w).sum(-1).view(dt.shape) if ctx.needs_input_grad[0] else None
-        # a column sum, not (1, n) @ (n, d): BLAS splits that product's n by thread count (rounding then depends on it)
-        g_w = (g_arg * dt.reshape(-1, 1)).sum(0) if ctx.needs_input_grad[1] else None  # (d,)
+        g_w = (dt.reshape(1, -1) @ g_arg).view(-1) if ctx.needs_input_grad[1] else None  # (d,)
         g_b = g_arg.sum(0) if ctx.needs_input_grad[2] else None  # (d,)
         return g_dt, g_w, g_b, None
 
