@@ -169,7 +169,8 @@ class TemporalAttention(nn.Module):
         b_v = self.w_kv.bias[dq:].view(h, dh, 1)  # (H, Dh, 1); the key bias cancels in the softmax
         w_qs, w_qt = self.w_q.weight.split([ds, dq - ds], dim=1)  # (Dq, Ds), (Dq, Dq - Ds)
         scale = dh**-0.5
-        # a row-wise dot, not a (1 x Dq) product: BLAS splits a one-row product's inner dimension by thread count
+        # a row-wise dot, not a (1 x Dq) product: MKL splits a one-row product's inner dimension by thread count
+        # (a matrix-vector product, which its reproducible mode does not cover)
         q_shared = ((w_qt * t_q).sum(1).add_(self.w_q.bias) * scale).view(h, 1, dh)  # (H, 1, Dh)
         a = torch.bmm(w_qs.view(h, dh, ds).transpose(1, 2), w_k) * scale  # (H, Ds, Dk)
         c = torch.bmm(q_shared, w_k)  # (H, 1, Dk)
@@ -182,6 +183,8 @@ class TemporalAttention(nn.Module):
         e = torch.bmm(g, b_v).squeeze(2)  # (H, D)
         # two products, not one over cat([x_bar, sum_j p]): the cat and the slicing of its gradient copied the
         # (Q, H*Dk) block twice a batch
+        # (w_after * b_o).sum(1), not w_after @ b_o: MKL's matrix-vector product splits by thread count, also in
+        # its reproducible mode (which covers matrix-matrix products only)
         base = torch.addmm((w_after * self.w_o.bias).sum(1), probs.sum(-1), e)  # (Q, D): biases, sum_j p_hj b_v,h folded
         out = torch.addmm(base, x_bar.reshape(q_n, h * dk), b_all.t())  # (Q, D)
         return out.masked_fill(~mask.any(dim=1)[:, None], 0.0)  # a query without neighbours: zero attention
@@ -509,7 +512,8 @@ class TGN(nn.Module):
         w_src, w_other = first.weight.split(d, dim=1)  # (D, D) each
         hidden = F.linear(z[b:], w_other).view(2, b, d) + F.linear(z[:b], w_src, first.bias)  # (2, B, D)
         # the (D -> 1) layer as a row-wise dot: as a product its weight gradient is (1 x 2B) @ (2B x D), whose 2B
-        # BLAS splits by thread count, so the rounding (and a run) depended on the threads; a column sum does not
+        # MKL splits by thread count, reproducible mode or not, so the rounding depended on the threads; a column
+        # sum does not
         logits = torch.add((hidden.relu() * last.weight.view(d)).sum(-1), last.bias)  # (2, B): [pos; neg]
         return TGNOutput(logits[0], logits[1], memory, last_update)
 

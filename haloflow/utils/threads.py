@@ -72,7 +72,8 @@ _BLAS_REPRODUCIBLE: bool | None = None
 
 def reproducible_blas() -> bool:
     """Put MKL in its strict reproducible mode (``MKL_CBWR=AUTO,STRICT``; a branch already chosen in ``MKL_CBWR`` is
-    kept); True when products now round the same at any thread count.
+    kept); True when matrix-matrix products now round the same at any thread count. Matrix-vector products are
+    not covered (a (100 x 200) @ (200,) still differed at 1 and 2 threads): the models write those as row sums.
 
     MKL takes the mode only before its first call in the process: ``Runtime.start`` asks at once (unless the run
     keeps its threads fixed, ``--fixed-threads``: then its rounding cannot move and MKL keeps its fastest split),
