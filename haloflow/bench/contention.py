@@ -6,8 +6,8 @@ The same GCN, DLRM and TGN steps on both sides (``contention_steps.py``), each s
 own, one per thread count, so that each side's OpenMP runtime starts as its users' would: haloflow's imports
 haloflow first (its wait policy, ``haloflow/_openmp.py``); the peer's imports torch first, in the caller's
 environment less haloflow's defaults (stock PyTorch). haloflow runs as a user's run does (its thread count
-follows the free cores); a third side, the control, is haloflow with ``--fixed-threads``, where threads > 1. The co-tenants are ``--load`` processes running ``while True: pass``, started and killed by
-the benchmark::
+follows the free cores); a third side, the control, is haloflow with ``--fixed-threads``, where threads > 1.
+The co-tenants are ``--load`` processes running ``while True: pass``, started and killed by the benchmark::
 
     parent (no torch)                     workers: haloflow x {1, 2}, --fixed-threads x 2, peer x {1, 2} threads
     for round r:                          each built its steps, warmed them up, said "ready"
@@ -274,7 +274,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     p.add_argument("--steps", type=int, default=40, help="steps timed per side, family, thread count and round")
     p.add_argument("--warmup", type=int, default=3, help="untimed steps per family as a worker starts")
     p.add_argument("--settle", type=float, default=0.4,
-                   help="seconds of untimed steps before each timed block, under its load (lets the thread count adapt)")
+                   help="seconds of untimed steps before each timed block, under its load (lets the threads adapt)")
     p.add_argument("--families", nargs="+", choices=FAMILIES, default=list(FAMILIES))
     p.add_argument("--size", choices=sorted(SIZES), default="small", help="shapes of the steps (tiny: tests)")
     p.add_argument("--seed", type=int, default=0)

@@ -293,8 +293,9 @@ class Runtime:
         """Mark the end of start-up (group, data, model, first checks); returns the start-up seconds.
 
         When other processes kept the cores busy meanwhile, so that fewer threads than this run's would fit beside
-        them, a warning says so: with fixed threads (``--fixed-threads``, or no reproducible BLAS) every parallel region waits for the one the
-        scheduler parks (a step beside two busy processes took 1.5-2.4x its 1-thread time, ``bench contention``).
+        them, a warning says so: with fixed threads (``--fixed-threads``, or no reproducible BLAS) every parallel
+        region waits for the one the scheduler parks (a step beside two busy processes took 1.5-2.4x its 1-thread
+        time, ``bench contention``).
         """
         self.startup_s = time.perf_counter() - self._t0
         meter, self._startup_load = self._startup_load, None
@@ -302,8 +303,8 @@ class Runtime:
             others, cores = meter.others(), len(meter.cpus)
             if fitting_threads(cores, others) < self.threads:
                 log.warning("other processes kept %.1f of %d cores busy during start-up; with %d fixed threads every "
-                            "parallel region waits for whichever the scheduler parks (fixed: --fixed-threads, or see the "
-                            "start-up line)", others, cores, self.threads)
+                            "parallel region waits for whichever the scheduler parks (fixed: --fixed-threads, or "
+                            "see the start-up line)", others, cores, self.threads)
         return self.startup_s
 
     def reporter(self, *, total: int, unit: str, desc: str, done: int = 0) -> "Reporter":

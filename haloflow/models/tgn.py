@@ -185,7 +185,8 @@ class TemporalAttention(nn.Module):
         # (Q, H*Dk) block twice a batch
         # (w_after * b_o).sum(1), not w_after @ b_o: MKL's matrix-vector product splits by thread count, also in
         # its reproducible mode (which covers matrix-matrix products only)
-        base = torch.addmm((w_after * self.w_o.bias).sum(1), probs.sum(-1), e)  # (Q, D): biases, sum_j p_hj b_v,h folded
+        b_after = (w_after * self.w_o.bias).sum(1)  # (D,)
+        base = torch.addmm(b_after, probs.sum(-1), e)  # (Q, D): biases, sum_j p_hj b_v,h folded
         out = torch.addmm(base, x_bar.reshape(q_n, h * dk), b_all.t())  # (Q, D)
         return out.masked_fill(~mask.any(dim=1)[:, None], 0.0)  # a query without neighbours: zero attention
 

@@ -37,8 +37,8 @@ import torch
 
 from haloflow.utils.cores import ThreadBudget, cores_here
 
-__all__ = ["follow_torch_threads", "reproducible_blas", "cores_here", "ThreadBudget", "ThreadGovernor", "BusyMeter", "fitting_threads",
-           "read_cpu_ticks"]
+__all__ = ["follow_torch_threads", "reproducible_blas", "cores_here", "ThreadBudget", "ThreadGovernor", "BusyMeter",
+           "fitting_threads", "read_cpu_ticks"]
 
 _POOL_STARTED = False
 _FOLLOWED: dict[int, int] = {}  # thread id -> torch's count numba was last set to there (numba's count is per thread)
@@ -130,7 +130,7 @@ class ThreadGovernor:
 
     The thread count then depends on the machine's other work; the runtime starts a governor only where the
     numbers cannot depend on it (``reproducible_blas()``, and ops that are cut the same way at any count: see
-    ``models/tgn._row_blocks``). ``read`` and ``clock`` are injectable for tests.
+    ``models/tgn._tail_free``). ``read`` and ``clock`` are injectable for tests.
     """
 
     def __init__(self, limit: int, *, cpus: frozenset[int] | None = None, every_s: float = 0.1,
