@@ -5,7 +5,11 @@ The code lives in ``haloflow/bench/cache.py`` so that the installed command can 
 
 import sys
 
-from haloflow.bench.cache import main
+from haloflow import host
+
+host.apply()  # as the CLI does, before the benchmark imports torch (haloflow/host/__init__.py)
+
+from haloflow.bench.cache import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -5,7 +5,11 @@ The code lives in ``haloflow/bench/dlrm.py`` so that the installed command can r
 
 import sys
 
-from haloflow.bench.dlrm import main
+from haloflow import host
+
+host.apply()  # as the CLI does, before the benchmark imports torch (haloflow/host/__init__.py)
+
+from haloflow.bench.dlrm import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -5,7 +5,11 @@ The code lives in ``haloflow/bench/grad_sync.py`` so that the installed command 
 
 import sys
 
-from haloflow.bench.grad_sync import main
+from haloflow import host
+
+host.apply()  # as the CLI does, before the benchmark imports torch (haloflow/host/__init__.py)
+
+from haloflow.bench.grad_sync import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -6,16 +6,14 @@ on first use, so ``import haloflow`` stays cheap::
     import haloflow
     summary = haloflow.partition_dataset(dataset, haloflow.PartitionConfig(num_parts=4), "parts")
     result = haloflow.train_gcn(haloflow.GCNTrainConfig(partitions="parts"))
+
+Importing it changes no process setting (OpenMP's wait policy, glibc's malloc thresholds, torch's thread count):
+the CLI and ``Runtime.start`` apply those (``haloflow.host``).
 """
 
-from haloflow import _malloc, _openmp
-
-_openmp.apply_defaults()  # first: before anything loads torch and its OpenMP runtime (see haloflow/_openmp.py)
-_malloc.apply_defaults()  # big freed blocks reused, not unmapped and faulted in again (see haloflow/_malloc.py)
-
-from haloflow._lazy import lazy_getattr  # noqa: E402
-from haloflow.engine.families import lazy_names  # noqa: E402
-from haloflow.errors import (  # noqa: E402
+from haloflow._lazy import lazy_getattr
+from haloflow.engine.families import lazy_names
+from haloflow.errors import (
     CheckpointError,
     ConfigError,
     DistributedError,

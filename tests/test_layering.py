@@ -124,3 +124,28 @@ def _strongly_connected(graph: dict[str, set[str]]) -> list[set[str]]:
         if v not in index:
             strong(v)
     return out
+
+
+# What makes a file a kernel rather than math: a compiled body, a device test, a hand-written backward. They live
+# in haloflow/kernels (each op once, its stock formula beside its bodies); the models call the ops.
+KERNEL_MARKS = ("device.type", "numba", "@njit", "autograd.Function")
+
+
+def _kernel_marks(layer: str) -> list[str]:
+    return sorted(f"{path.relative_to(PACKAGE.parent)}:{i}: {line.strip()}"
+                  for name, path in MODULES.items() if name == layer or name.startswith(layer + ".")
+                  for i, line in enumerate(path.read_text().splitlines(), 1)
+                  if any(mark in line for mark in KERNEL_MARKS))
+
+
+def test_models_read_as_math_their_kernels_live_in_the_kernels_room():
+    assert _kernel_marks("haloflow.models") == []
+
+
+def test_the_kernel_finder_finds_kernels():
+    assert any("@njit" in hit for hit in _kernel_marks("haloflow.kernels"))
+    assert any("autograd.Function" in hit for hit in _kernel_marks("haloflow.kernels"))
+
+
+def test_kernels_know_nothing_of_models_engines_or_ranks():
+    assert _offenders("haloflow.kernels", ("haloflow.models", "haloflow.engine", "torch.distributed")) == []

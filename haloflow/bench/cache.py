@@ -422,5 +422,8 @@ def _plot(report: dict, path: Path) -> str:
     return str(path)
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # a worker or a direct run: the settings the CLI applies (haloflow/host)
+    from haloflow import host
+
+    host.apply()
     sys.exit(main())

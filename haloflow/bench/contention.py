@@ -4,7 +4,7 @@
 
 The same GCN, DLRM and TGN steps on both sides (``contention_steps.py``), each side in worker processes of its
 own, one per thread count, so that each side's OpenMP runtime starts as its users' would: haloflow's imports
-haloflow first (its wait policy, ``haloflow/_openmp.py``); the peer's imports torch first, in the caller's
+haloflow first (its wait policy, ``haloflow/host/openmp.py``); the peer's imports torch first, in the caller's
 environment less haloflow's defaults (stock PyTorch). haloflow runs as a user's run does (its thread count
 follows the free cores); a third side, the control, is haloflow with ``--fixed-threads``, where threads > 1.
 The co-tenants are ``--load`` processes running ``while True: pass``, started and killed by the benchmark::
@@ -37,7 +37,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from haloflow._openmp import caller_environ
+from haloflow.host.openmp import caller_environ
 from haloflow.utils.atomic import atomic_write_text
 from haloflow.utils.table import format_table
 
@@ -124,9 +124,9 @@ def serve(args) -> int:
     steps for SETTLE seconds under the load of the moment, then S timed ones) until EOF."""
     import torch
 
-    from haloflow._openmp import wait_policy
+    from haloflow.host.openmp import wait_policy
     from haloflow.bench.contention_steps import SIZES, build_step
-    from haloflow.utils.threads import reproducible_blas
+    from haloflow.host.threads import reproducible_blas
 
     threads = torch.get_num_threads()  # OMP_NUM_THREADS, as the parent set it
     steps, missing = {}, {}
@@ -139,7 +139,7 @@ def serve(args) -> int:
         for _ in range(args.warmup):
             steps[family]()
     # numba's first parallel kernel (a graph's or a sampler's, while building) sets the OpenMP thread count that
-    # torch shares to all cores (haloflow/utils/threads.py): give both sides their count back
+    # torch shares to all cores (haloflow/host/threads.py): give both sides their count back
     torch.set_num_threads(threads)
     _say({"threads": torch.get_num_threads(), "wait_policy": wait_policy(), "families": sorted(steps),
           "missing": missing, "reproducible_blas": reproducible_blas() if args.worker == "haloflow" else None})
@@ -304,5 +304,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # a worker or a direct run: the settings the CLI applies (haloflow/host)
+    from haloflow import host
+
+    host.apply()
     sys.exit(main())

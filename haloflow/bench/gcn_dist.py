@@ -176,7 +176,7 @@ def measure_rates(graph, threads: int, width: int):
     """Per-unit compute costs on this machine with ``threads`` threads (one process)."""
     from haloflow.engine.gcn.cost_model import Rates
     from haloflow.models.aggregate import LocalAggregator
-    from haloflow.models.dropout import keyed_dropout
+    from haloflow.kernels.keyed_dropout import keyed_dropout
 
     torch.set_num_threads(threads)
     agg = LocalAggregator(graph)
@@ -316,5 +316,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # a worker or a direct run: the settings the CLI applies (haloflow/host)
+    from haloflow import host
+
+    host.apply()
     sys.exit(main())

@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 from collections.abc import Callable
 
+from haloflow import host
 from haloflow.errors import ConfigError, HaloflowError
 
 __all__ = ["main", "build_parser", "register_modules", "run_command", "name_flags"]
@@ -67,6 +68,7 @@ def _named_command(argv: list[str]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    host.apply()  # first, before any subcommand imports torch: its OpenMP runtime reads the wait policy as it loads
     try:
         status = _main(argv)
         sys.stdout.flush()  # what a pipe's buffer still holds goes now, inside the try, not at the exit

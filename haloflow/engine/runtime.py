@@ -31,15 +31,14 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from haloflow._malloc import malloc_policy
-from haloflow._openmp import wait_policy
+from haloflow import host
 from haloflow.engine.checkpoint import Checkpointer
 from haloflow.engine.comm import register_peers
 from haloflow.engine.run_config import DEVICES, RuntimeConfig, expect_parts
 from haloflow.errors import ConfigError
 from haloflow.utils.atomic import atomic_output, open_stream, reporting_full_disk
 from haloflow.utils.progress import progress_bar
-from haloflow.utils.threads import (BusyMeter, ThreadBudget, ThreadGovernor, cores_here, fitting_threads,
+from haloflow.host.threads import (BusyMeter, ThreadBudget, ThreadGovernor, cores_here, fitting_threads,
                                     follow_torch_threads, reproducible_blas)
 
 __all__ = [
@@ -237,6 +236,7 @@ class Runtime:
         the run is this process alone, as training on a whole data set is)."""
         config = config or RuntimeConfig()
         t0 = time.perf_counter()
+        host.apply()  # the Python API's entry: the CLI applied it already (haloflow/host/__init__.py)
         if config.adapt_threads:  # before this run's first product: MKL takes the mode only then
             reproducible_blas()
         follow_torch_threads()  # before any numba kernel can reset torch's thread count
@@ -254,7 +254,7 @@ class Runtime:
         when the threads outnumber the cores, with the setting that fits."""
         if self.layout.is_main:
             budget = self.thread_budget
-            log.info("%s; OpenMP threads wait: %s; memory: %s", budget.describe(), wait_policy(), malloc_policy())
+            log.info("%s; %s", budget.describe(), host.describe())
             if budget.oversubscribed:
                 log.warning("oversubscribed: %s", budget.advice())
         return self

@@ -11,7 +11,6 @@ _MODULES = {
     "haloflow.models.aggregate": ("Aggregator", "LocalAggregator", "add_diagonal", "normalized_values",
                                   "self_loop_values"),
     "haloflow.models.dlrm": ("DLRM", "DLRMConfig", "EmbeddingTables", "dlrm_loss", "interaction"),
-    "haloflow.models.dropout": ("dropout_mask", "keyed_dropout"),
     "haloflow.models.gcn": ("GCN", "gcn_loss"),
     "haloflow.models.spmm": ("SparseOperator", "csr_transpose"),
     "haloflow.models.temporal_metrics": ("EdgeBank", "LinkMetrics", "average_precision", "mean_reciprocal_rank",

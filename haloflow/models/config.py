@@ -1,4 +1,4 @@
-"""The models' configs and choices, with no torch in reach: `GCNConfig`, `TGNConfig` and the SpMM kernels.
+"""The models' configs and choices, with no torch in reach: `GCNConfig`, `TGNConfig` and the SpMM kernels' names.
 
 The trainers' configs (``haloflow/engine/<family>/config.py``) nest these, and the CLI's launcher checks a command
 line against them before any process starts (``tests/cli/test_runtime_args.py``), so this module imports no more
@@ -10,13 +10,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from haloflow.errors import ConfigError
+from haloflow.kernels import DEFAULT_SPMM_KERNEL, SPMM_KERNELS
 
 __all__ = ["GCNConfig", "CONVS", "MAX_LAYERS", "TGNConfig", "KERNELS", "DEFAULT_KERNEL"]
 
 CONVS = ("gcn", "sage")
 MAX_LAYERS = 1024  # deeper than the deepest GCNs trained (RevGNN's 1,001 layers); a million would take minutes to build
-KERNELS = ("numba", "torch")
-DEFAULT_KERNEL = "torch"  # faster at every GCN width in the 2026-12-02 runs (spmm.py's docstring)
+KERNELS = SPMM_KERNELS  # the SpMM bodies a GCN may run on the CPU (haloflow/kernels/spmm.py)
+DEFAULT_KERNEL = DEFAULT_SPMM_KERNEL
 
 
 @dataclass(frozen=True, kw_only=True)

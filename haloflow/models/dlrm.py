@@ -29,16 +29,16 @@ import math
 from dataclasses import dataclass
 from typing import Protocol
 
-import numpy as np
 import torch
 import torch.nn.functional as F
-from numba import njit
 from torch import Tensor, nn
 
+from haloflow.kernels.sgd_bags import fused_sgd_bags
 from haloflow.data.criteo import KAGGLE_TABLE_SIZES
 from haloflow.data.jagged import JaggedBatch
 from haloflow.errors import ConfigError
-from haloflow.models.keyed_init import keyed_uniform_rows
+from haloflow.kernels.interaction import interaction
+from haloflow.kernels.keyed_uniform import keyed_uniform_rows
 
 __all__ = [
     "KAGGLE_TABLE_SIZES",
@@ -49,9 +49,7 @@ __all__ = [
     "DLRM",
     "interaction",
     "dlrm_loss",
-    "fused_sgd_bag",
 ]
-
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -156,7 +154,8 @@ class EmbeddingTables(nn.Module):
         # One read of T numbers to cut the values per table (a device sync on an accelerator).
         counts = sparse.lengths.sum(1).tolist()
         if self.fused_sgd_lr is not None and self.training and torch.is_grad_enabled():
-            return _FusedSGDBags.apply(sparse, counts, self.fused_sgd_lr, *(bag.weight for bag in self.tables))
+            return fused_sgd_bags(sparse.values, sparse.lengths, sparse.bag_offsets(), counts,
+                                          self.fused_sgd_lr, [bag.weight for bag in self.tables])
         bag_offsets = sparse.bag_offsets().unbind(0)  # T x (B+1,), each starting at 0
         per_table = sparse.values.split(counts)  # T x (nnz_t,) views
         pooled = [
@@ -167,102 +166,6 @@ class EmbeddingTables(nn.Module):
 
     def start(self, sparse: JaggedBatch) -> PooledHandle:
         return CompletedHandle(self(sparse))
-
-
-class _FusedSGDBags(torch.autograd.Function):
-    """Sum-pooled lookups of every table; the backward applies SGD to the rows in place and returns no gradient
-    for the weights (see ``EmbeddingTables.fused_sgd_lr``). One function for all T tables rather than T
-    ``fused_sgd_bag`` calls stacked: those get their gradients as strided slices of the stack's, copied per table
-    (measured 1.07x against this 1.16x plain at full Kaggle, batch 2,048)."""
-
-    @staticmethod
-    def forward(ctx, sparse: JaggedBatch, counts: list[int], lr: float, *weights: Tensor) -> Tensor:
-        T, B = sparse.lengths.shape
-        per_table = sparse.values.split(counts)  # T x (nnz_t,)
-        offsets = sparse.bag_offsets().unbind(0)  # T x (B+1,)
-        pooled = torch.stack([F.embedding_bag(ids, w, off, mode="sum", include_last_offset=True)
-                              for ids, off, w in zip(per_table, offsets, weights)], dim=1)  # (B, T, D)
-        ctx.per_table, ctx.offsets, ctx.lr, ctx.weights = per_table, offsets, lr, weights
-        ctx.lengths, ctx.counts = sparse.lengths, counts
-        return pooled
-
-    @staticmethod
-    def backward(ctx, grad: Tensor):
-        T = len(ctx.weights)
-        grad = grad.contiguous()  # (B, T, D)
-        if grad.device.type == "cpu":
-            for t, (w, ids, off) in enumerate(zip(ctx.weights, ctx.per_table, ctx.offsets)):
-                _apply_sgd(w, ids, off, grad, t, ctx.lr)
-        else:
-            _apply_sgd_tables(ctx.weights, ctx.per_table, ctx.lengths, ctx.counts, grad, ctx.lr)
-        ctx.weights = ctx.per_table = ctx.offsets = ctx.lengths = None
-        return (None, None, None, *([None] * T))
-
-
-def _apply_sgd_tables(weights: tuple[Tensor, ...], per_table: tuple[Tensor, ...], lengths: Tensor, counts: list[int],
-                      grad: Tensor, lr: float) -> None:
-    """Every table's ``_apply_sgd`` by ``index_add_``, with the bag of every id found once for all T tables (one
-    ``repeat_interleave`` whose size is known on the host: no device sync; was one sync per table, and on an H200
-    the fused step ran at 0.61x plain PyTorch's).
-
-    Shapes: lengths (T, B); per_table T x (nnz_t,) with nnz_t = counts[t]; grad (B, T, D)."""
-    T, B = lengths.shape
-    with torch.no_grad():
-        bags = torch.arange(B, device=grad.device).repeat(T).repeat_interleave(
-            lengths.reshape(-1), output_size=sum(counts))  # (nnz,) bag of every id, table after table
-        for t, (w, ids, bag) in enumerate(zip(weights, per_table, bags.split(counts))):
-            w.index_add_(0, ids, grad[:, t].index_select(0, bag), alpha=-lr)
-
-
-def fused_sgd_bag(ids: Tensor, offsets: Tensor, weight: Tensor, lr: float) -> Tensor:
-    """Sum-pooled bags of one table with SGD fused into the backward (see ``EmbeddingTables.fused_sgd_lr``): the
-    rows of ``weight`` are updated in place when the gradient arrives, and ``weight`` gets no ``.grad``.
-
-    Shapes:
-        ids int64 (nnz,), offsets int64 (B+1,) (bag bounds, the last one the end), weight (N, D) -> (B, D)
-    """
-    return _FusedSGDBag.apply(ids, offsets, lr, weight)
-
-
-class _FusedSGDBag(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, ids: Tensor, offsets: Tensor, lr: float, weight: Tensor) -> Tensor:
-        ctx.ids, ctx.offsets, ctx.lr, ctx.weight = ids, offsets, lr, weight
-        return F.embedding_bag(ids, weight, offsets, mode="sum", include_last_offset=True)  # (B, D)
-
-    @staticmethod
-    def backward(ctx, grad: Tensor):
-        _apply_sgd(ctx.weight, ctx.ids, ctx.offsets, grad.unsqueeze(1), 0, ctx.lr)
-        ctx.weight = ctx.ids = ctx.offsets = None
-        return None, None, None, None
-
-
-def _apply_sgd(weight: Tensor, ids: Tensor, offsets: Tensor, grad: Tensor, t: int, lr: float, *,
-               compiled: bool | None = None) -> None:
-    """weight[ids in bag b] -= lr * grad[b, t], one occurrence at a time, in place. grad (B, T, D).
-    ``compiled``: the numba loop (default on the CPU) or ``index_add_`` (any device; the tests run both)."""
-    with torch.no_grad():
-        if compiled if compiled is not None else grad.device.type == "cpu":  # no (nnz, D) gradient rows built
-            w = weight.detach().numpy()
-            _sgd_rows(w, ids.numpy(), offsets.numpy(), grad.contiguous().numpy(), t, float(w.dtype.type(-lr)))
-        else:
-            bag = torch.repeat_interleave(torch.arange(offsets.numel() - 1, device=grad.device), offsets.diff(),
-                                          output_size=ids.numel())  # the size known here: no device sync
-            weight.index_add_(0, ids, grad[:, t].index_select(0, bag), alpha=-lr)
-
-
-@njit(cache=True)
-def _sgd_rows(w, ids, offsets, grad, t, alpha):  # pragma: no cover - compiled
-    """w[ids[k]] += alpha * grad[b, t] for every id k of bag b (offsets (B+1,)), in the ids' order: the additions
-    of torch's sparse SGD update, one occurrence at a time. Torch adds with a fused multiply-add (one rounding);
-    here the product and sum are taken in float64 and rounded once to w's type (``alpha``: -lr in w's type, as a
-    float), which gives the same float32 but in rare double-rounding ties."""
-    D = w.shape[1]
-    for b in range(offsets.shape[0] - 1):
-        for k in range(offsets[b], offsets[b + 1]):
-            r = ids[k]
-            for d in range(D):
-                w[r, d] = np.float64(w[r, d]) + alpha * np.float64(grad[b, t, d])
 
 
 def _mlp(widths: list[int], generator: torch.Generator | None, last_relu: bool) -> nn.Sequential:
@@ -277,58 +180,6 @@ def _mlp(widths: list[int], generator: torch.Generator | None, last_relu: bool) 
         if last_relu or i < len(widths) - 2:
             layers.append(nn.ReLU())
     return nn.Sequential(*layers)
-
-
-def interaction(z: Tensor, pooled: Tensor) -> Tensor:
-    """Dot-product interaction without self pairs, in the reference order (row i > column j, row-major).
-
-    Shapes:
-        z (B, D), pooled (B, T, D) -> (B, D + (T+1)T/2): ``[z, <v_i, v_j> for i in 1..T for j in 0..i-1]``
-        where v_0 = z and v_i = pooled[:, i-1].
-
-    The same dots as ``torch.bmm(v, v.transpose(1, 2))[:, li, lj]``; the backward differs from autograd's for
-    that expression in how the pairs' gradients reach G (B, T+1, T+1): one ``index_copy_`` into the strictly lower
-    triangle, where autograd's scattered them with an accumulating ``index_put`` (2.6 ms of a 45 ms Kaggle step at
-    batch 2,048, the interaction's largest part); then ``grad v = G v + G^T v`` as autograd computes it.
-    """
-    B, T, D = pooled.shape
-    return _Interaction.apply(z, pooled, _pair_index(T + 1, z.device))
-
-
-_PAIRS: dict[tuple[int, str], Tensor] = {}
-
-
-def _pair_index(n: int, device: torch.device) -> Tensor:
-    """Flat positions i * n + j of the pairs i > j of an (n, n) matrix, in row-major order (cached)."""
-    key = (n, str(device))
-    if key not in _PAIRS:
-        li, lj = torch.tril_indices(n, n, offset=-1, device=device)
-        _PAIRS[key] = li * n + lj
-    return _PAIRS[key]
-
-
-class _Interaction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, z: Tensor, pooled: Tensor, flat: Tensor) -> Tensor:
-        B, T, D = pooled.shape
-        v = torch.cat([z.unsqueeze(1), pooled], dim=1)  # (B, n, D), n = T + 1
-        dots = torch.bmm(v, v.transpose(1, 2)).view(B, -1)  # (B, n * n)
-        out = torch.empty((B, D + flat.numel()), dtype=z.dtype, device=z.device)
-        out[:, :D] = z
-        out[:, D:] = dots.index_select(1, flat)
-        ctx.save_for_backward(v, flat)
-        return out
-
-    @staticmethod
-    def backward(ctx, grad: Tensor):
-        v, flat = ctx.saved_tensors  # (B, n, D), (P,)
-        B, n, D = v.shape
-        g = torch.zeros((B, n * n), dtype=grad.dtype, device=grad.device)
-        g.index_copy_(1, flat, grad[:, D:])  # strictly lower triangle
-        g = g.view(B, n, n)
-        grad_v = torch.baddbmm(torch.bmm(g, v), g.transpose(1, 2), v)  # (G + G^T) v, (B, n, D)
-        grad_z = grad_v[:, 0] + grad[:, :D]
-        return grad_z, grad_v[:, 1:], None
 
 
 def dlrm_loss(logits: Tensor, labels: Tensor, *, global_batch_size: int | None = None) -> Tensor:

@@ -36,7 +36,7 @@ from torch import nn
 from haloflow.errors import ConfigError
 from haloflow.models.config import CONVS, MAX_LAYERS, GCNConfig
 from haloflow.models.aggregate import Aggregator
-from haloflow.models.dropout import keyed_dropout
+from haloflow.kernels.keyed_dropout import keyed_dropout
 
 __all__ = ["GCNConfig", "GCN", "gcn_loss", "CONVS", "MAX_LAYERS"]
 

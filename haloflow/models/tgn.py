@@ -47,19 +47,18 @@ from dataclasses import dataclass, fields
 import numpy as np
 import torch
 import torch.nn.functional as F
-from numba import njit, prange
 from torch import nn
 
+from haloflow.kernels.attend import attend
+from haloflow.kernels.cos_encode import cos_encode
+from haloflow.kernels.gru_gates import gru_gates
+from haloflow.kernels.keyed_dropout import dropout_mask
 from haloflow.data.temporal import TemporalEvents
 from haloflow.data.temporal_sampler import TemporalCSR
 from haloflow.errors import ConfigError
 from haloflow.models.config import TGNConfig
-from haloflow.models.dropout import dropout_mask
-from haloflow.models.tgn_attention import attend
 from haloflow.models.tgn_memory import MemoryRows, MemoryUpdate
-from haloflow.models.tgn_time import cos_encode
 from haloflow.utils.arrays import sorted_unique
-from haloflow.utils.threads import follow_torch_threads
 
 __all__ = [
     "TGNConfig",
@@ -125,7 +124,7 @@ class TemporalAttention(nn.Module):
         b_v = self.w_kv.bias[dq:].view(h, dh)  # (H, Dh); the key bias cancels in the softmax
         q = self.w_q(query).view(q_n, h, dh) * dh**-0.5  # (Q, H, Dh)
         q_in = torch.einsum("qhd,hdk->qhk", q, w_k)  # (Q, H, Dk): the query moved to the neighbours' input space
-        # scores, softmax over the real slots, dropout and the weighted sum in one fused pass (tgn_attention.py)
+        # scores, softmax over the real slots, dropout and the weighted sum in one fused pass (kernels/attend.py)
         slots = torch.arange(q_n * k, device=kv.device).view(q_n, k)  # kv as a memory of Q*k rows, one per slot
         none = kv.new_zeros(q_n, k, 0)
         probs, x_bar = attend(q_in, kv.reshape(q_n * k, -1), slots, none, none, mask,
@@ -218,7 +217,7 @@ def _gru_cell(cell: nn.GRUCell, h: torch.Tensor, other: list[torch.Tensor], phi:
     - the other parts (``mail_other``, edge features) are state, so the backward computes input gradients for the
       T columns of ``phi`` only, not for all 2M+F+T of the message (torch's cell cannot tell which of its input
       columns need them);
-    - the gates run in `_GRUGates` (forward and backward by hand).
+    - the gates run in ``kernels/gru_gates.py`` (forward and backward by hand).
 
     Shapes:
         h (n, M);  other: tensors (n, d_i) with M + sum d_i + T = cell.input_size;  phi (n, T)  ->  (n, M).
@@ -233,98 +232,7 @@ def _gru_cell(cell: nn.GRUCell, h: torch.Tensor, other: list[torch.Tensor], phi:
     for o, w in zip(other, w_other):
         if o.shape[1]:
             xp = xp.addmm_(o, w.t())  # in place: addmm saves its inputs, not its output
-    return _GRUGates.apply(xp, hp, b_hh[2 * m:], h)
-
-
-_GRAIN = 32768  # at::internal::GRAIN_SIZE: torch cuts an elementwise op over more elements into one piece a thread
-_STEP = 32  # elements of one step of torch's vector loop (2 x 16 floats with AVX-512; a multiple of AVX2's and NEON's)
-
-
-def _tail_free(rows: int, width: int, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """An empty (rows, width) block and the flat buffer it starts, padded so that torch cuts an elementwise op
-    over the buffer into pieces of whole vector steps, at the thread count of the moment.
-
-    torch gives each thread ``ceil(numel / pieces)`` elements and runs the last ``piece % 32`` of each in its
-    scalar loop, whose sigmoid rounds differently from the vector one (47 of 3.1M values here): the result then
-    depended on the thread count. Over the padded buffer every element takes the vector code, at any count.
-    """
-    numel, threads = rows * width, torch.get_num_threads()
-    size = -(-numel // _STEP) * _STEP
-    while True:
-        pieces = 1 if size < _GRAIN or threads == 1 else min(threads, -(-size // _GRAIN))
-        padded = -(-size // (_STEP * pieces)) * (_STEP * pieces)
-        if padded == size:
-            break
-        size = padded
-    buf = like.new_empty(size)
-    return buf[:numel].view(rows, width), buf
-
-
-class _GRUGates(torch.autograd.Function):
-    """torch's GRU cell from the products of `_gru_cell`::
-
-        r, z = sigmoid(xp_rz + hp_rz)                            torch's gate order r, z, n
-        n    = tanh(xp_n + hp_n + r * (hp_gh + b_gh))            hp = [hp_rz | hp_n | hp_gh]
-        h'   = (1 - z) n + z h
-
-    By hand because autograd's version of these ~8 lines (slices, chunk, where and their zero-filled
-    backwards) cost more than the arithmetic: the backward writes one (n, 4M) block, the gradient of ``hp``,
-    whose first 3M columns are the gradient of ``xp``. ``b_gh`` (W_hh's n bias, inside the r product) comes in
-    here rather than through the product of h: a bias there is a copy of an (n, 4M) block before the product.
-
-    Shapes:
-        xp (n, 3M);  hp (n, 4M);  b_gh (M,);  h (n, M)  ->  (n, M).
-    """
-
-    @staticmethod
-    def forward(ctx, xp, hp, b_gh, h):
-        m, rows = h.shape[1], h.shape[0]
-        rz, buf = _tail_free(rows, 2 * m, xp)  # (n, 2M): r | z
-        torch.add(xp[:, :2 * m], hp[:, :2 * m], out=rz)
-        # over the padded buffer every element takes torch's vector loop: the same bits at any thread count (the
-        # scalar and vector tanh, lerp and addcmul below agreed on every value tried; the sigmoids did not)
-        buf.sigmoid_()
-        r, z = rz[:, :m], rz[:, m:]
-        gh_n = torch.add(hp[:, 3 * m:], b_gh)  # (n, M)
-        n = torch.add(xp[:, 2 * m:], hp[:, 2 * m:3 * m]).addcmul_(r, gh_n).tanh_()  # (n, M)
-        out = torch.lerp(n, h, z)
-        ctx.save_for_backward(rz, n, gh_n, h)
-        return out
-
-    @staticmethod
-    def backward(ctx, g):
-        rz, n, gh_n, h = ctx.saved_tensors
-        m = h.shape[1]
-        g = g.contiguous()
-        if g.device.type == "cpu" and g.dtype == torch.float32 and g.shape[0]:
-            g_hp, g_h = torch.empty(g.shape[0], 4 * m, dtype=g.dtype), torch.empty_like(h)
-            follow_torch_threads()
-            _gru_gates_bwd(g.numpy(), rz.numpy(), n.numpy(), gh_n.numpy(), h.contiguous().numpy(), g_hp.numpy(),
-                           g_h.numpy())
-        else:  # the same formulas as torch ops (other devices)
-            r, z = rz[:, :m], rz[:, m:]
-            g_an = g * (1.0 - z) * (1.0 - n * n)  # d/d(xp_n + hp_n + r gh_n)
-            g_hp = torch.cat([g_an * gh_n * r * (1.0 - r), g * (h - n) * z * (1.0 - z), g_an, g_an * r], dim=1)
-            g_h = g * z
-        g_b = g_hp[:, 3 * m:].sum(0) if ctx.needs_input_grad[2] else None
-        return ((g_hp[:, :3 * m] if ctx.needs_input_grad[0] else None), (g_hp if ctx.needs_input_grad[1] else None),
-                g_b, (g_h if ctx.needs_input_grad[3] else None))
-
-
-@njit(parallel=True, cache=True)
-def _gru_gates_bwd(g, rz, n, gh_n, h, g_hp, g_h):  # pragma: no cover - compiled
-    # one pass over the rows for what autograd did in ~15 (n, M) passes; formulas in _GRUGates (gh_n with b_gh)
-    m = h.shape[1]
-    for i in prange(g.shape[0]):
-        gr, ghr, gpr, hr, nr, rzr, ghn = g[i], g_h[i], g_hp[i], h[i], n[i], rz[i], gh_n[i]
-        for c in range(m):
-            r, z, nv = rzr[c], rzr[m + c], nr[c]
-            an = gr[c] * (np.float32(1.0) - z) * (np.float32(1.0) - nv * nv)
-            gpr[2 * m + c] = an
-            gpr[3 * m + c] = an * r
-            gpr[c] = an * ghn[c] * r * (np.float32(1.0) - r)
-            gpr[m + c] = gr[c] * (hr[c] - nv) * z * (np.float32(1.0) - z)
-            ghr[c] = gr[c] * z
+    return gru_gates(xp, hp, b_hh[2 * m:], h)
 
 
 # --------------------------------------------------------------------------------------------- batch

@@ -44,9 +44,9 @@ def current_rss_bytes() -> int:
 def reset_peak_rss() -> bool:
     """Set the high-water mark back to the current RSS (Linux >= 4.0); False where that is not possible.
 
-    Memory freed before the reset goes back to the system first (``haloflow._malloc.trim``: glibc keeps big freed
+    Memory freed before the reset goes back to the system first (``haloflow.host.malloc.trim``: glibc keeps big freed
     blocks for reuse), so that a phase measured from here does not start above what it holds."""
-    from haloflow._malloc import trim
+    from haloflow.host.malloc import trim
 
     trim()
     try:

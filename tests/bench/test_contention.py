@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from haloflow._openmp import CHOSEN_BY, caller_environ
+from haloflow.host.openmp import CHOSEN_BY, caller_environ
 from haloflow.bench.contention import CoTenants, main, summarize
 
 

@@ -5,10 +5,10 @@ import logging
 
 import torch
 
-from haloflow._malloc import malloc_policy
-from haloflow._openmp import wait_policy
+from haloflow.host.malloc import malloc_policy
+from haloflow.host.openmp import wait_policy
 from haloflow.engine.runtime import Runtime, RuntimeConfig
-from haloflow.utils.threads import cores_here, follow_torch_threads
+from haloflow.host.threads import cores_here, follow_torch_threads
 
 
 def test_start_says_ranks_x_threads_on_the_cores(caplog):

@@ -57,7 +57,7 @@ def _digests(threads: int) -> dict[str, str]:
 
 @pytest.mark.skipif(not torch.backends.mkl.is_available(), reason="this torch has no MKL, whose mode makes it so")
 def test_gcn_dlrm_and_tgn_train_the_same_bits_at_any_thread_count():
-    from haloflow.utils.threads import cores_here
+    from haloflow.host.threads import cores_here
 
     one = _digests(1)
     assert set(one) == {"gcn", "dlrm", "tgn"}

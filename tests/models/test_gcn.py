@@ -103,7 +103,7 @@ def test_precompute_first_gives_the_same_model_without_dropout(conv, rng):
 
 def test_without_precompute_layer_0_drops_the_input_as_kipf_does(rng):
     """Kipf's layer 0 (PyG's GCNConv): A_hat @ drop(X) @ W0 + b0, against a dense reference with the same mask."""
-    from haloflow.models.dropout import keyed_dropout
+    from haloflow.kernels.keyed_dropout import keyed_dropout
 
     n = 40
     g = CSRGraph.from_edges(rng.integers(0, n, 200), rng.integers(0, n, 200), n, symmetrize=True,

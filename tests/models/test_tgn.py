@@ -286,3 +286,36 @@ def test_gru_gates_give_torchs_cell_and_its_gradients(dtype):
     torch.testing.assert_close(got, want, **tol)
     for a, e in zip(torch.autograd.grad(got, params, g), torch.autograd.grad(want, params, g)):
         torch.testing.assert_close(a, e, **tol)
+
+
+def test_folded_attention_equals_the_attention_then_the_next_product():
+    """``folded`` multiplies the weights first; the numbers (and the weights' gradients) are the unfolded ones."""
+    q_n, k, m, f, t, d = 9, 4, 6, 3, 4, 5
+    att = TemporalAttention(m + t, m + f + t, heads=2, dropout=0.3, seed=0).train()
+    gen = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for p in att.parameters():
+            p.normal_(generator=gen)  # non-zero biases too
+    s_q, t_q = torch.randn(q_n, m, generator=gen), torch.randn(t, generator=gen)
+    memory, rows = torch.randn(6, m, generator=gen), torch.randint(0, 6, (q_n, k), generator=gen)
+    feat, phi = torch.randn(q_n, k, f, generator=gen), torch.randn(q_n, k, t, generator=gen)
+    mask = torch.rand(q_n, k, generator=gen) < 0.7
+    mask[2] = False
+    keys, w_after = torch.arange(q_n) * 3 + 1, torch.randn(d, m + t, generator=gen)
+    s_q[5], s_q[7] = s_q[1], s_q[1]  # queries of one node share its row
+    distinct, pos = torch.unique(s_q, dim=0, return_inverse=True)  # (U, M), (Q,)
+    kv = torch.cat([memory[rows], feat, phi], dim=2)
+    query = torch.cat([s_q, t_q.expand(q_n, -1)], dim=1)
+    outs, grads = [], []
+    for run in (lambda: att.folded(s_q, t_q, memory, rows, feat, phi, mask, keys, 2, w_after),
+                lambda: att.folded(distinct, t_q, memory, rows, feat, phi, mask, keys, 2, w_after, query_pos=pos),
+                lambda: att(query, kv, mask, keys, epoch=2) @ w_after.t()):
+        out = run()
+        outs.append(out)
+        grads.append(torch.autograd.grad(out.square().sum(), list(att.parameters())))
+    assert distinct.shape[0] == q_n - 2
+    for i in (1, 2):
+        torch.testing.assert_close(outs[0], outs[i], rtol=1e-4, atol=1e-4)
+        for a, b in zip(grads[0], grads[i]):
+            torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-3)
+    assert (outs[0][2] == 0).all()

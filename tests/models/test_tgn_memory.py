@@ -66,25 +66,3 @@ def test_apply_errors():
         s.apply(torch.tensor([0]), _rows([1.0], [0], m=3))
     with pytest.raises(ConfigError, match="memory_dim >= 1"):
         TGNMemoryState(3, 0)
-
-
-def test_compiled_apply_equals_the_torch_path(monkeypatch):
-    gen = torch.Generator().manual_seed(11)
-    states = [TGNMemoryState(50, 4, 2), TGNMemoryState(50, 4, 2)]
-    torch_path = states[1]
-    monkeypatch.setattr(torch_path, "_compiled", lambda: False)
-    assert states[0]._compiled()
-    for step in range(6):
-        u = 40
-        rows = torch.randint(0, 50, (u,), generator=gen)  # repeats: the newest event id must win
-        update = MemoryRows(torch.randn(u, 4, generator=gen), torch.rand(u, generator=gen, dtype=torch.float64),
-                            torch.randn(u, 4, generator=gen), torch.randn(u, 2, generator=gen),
-                            torch.rand(u, generator=gen, dtype=torch.float64),
-                            torch.randint(0, 30, (u,), generator=gen) + 100 * step)  # ties too
-        for s in states:
-            s.apply(rows, update)
-        ask = torch.randint(0, 50, (17,), generator=gen)
-        got, want = states[0].gather(ask), torch_path.gather(ask)
-        for name in ("memory", "last_update", "mail_other", "mail_feat", "mail_t", "mail_eid"):
-            assert torch.equal(getattr(got, name), getattr(want, name)), name
-            assert torch.equal(getattr(states[0], name), getattr(torch_path, name)), name

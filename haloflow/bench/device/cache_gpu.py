@@ -41,7 +41,7 @@ from haloflow.data.jagged import ClickBatch
 from haloflow.engine.dlrm.shard_stores import store_bytes
 from haloflow.engine.dlrm.store_tables import StoreTables
 from haloflow.models.dlrm import DLRM, DLRMConfig, EmbeddingTables, dlrm_loss
-from haloflow.models.keyed_init import keyed_uniform_rows
+from haloflow.kernels.keyed_uniform import keyed_uniform_rows
 
 NAME = "cache_gpu"
 LR = 0.1  # bench dlrm's SGD learning rate, tables and MLPs
@@ -289,5 +289,8 @@ def main(argv: list[str] | None = None) -> int:
     return write_part(args, NAME, [table], result, ok=ok, notes=notes)
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # a worker or a direct run: the settings the CLI applies (haloflow/host)
+    from haloflow import host
+
+    host.apply()
     sys.exit(main())

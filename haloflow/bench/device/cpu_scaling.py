@@ -216,5 +216,8 @@ def main(argv: list[str] | None = None) -> int:
     return write_part(args, NAME, [gcn_table, tgn_table], result, ok=not failures, notes=notes)
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # a worker or a direct run: the settings the CLI applies (haloflow/host)
+    from haloflow import host
+
+    host.apply()
     sys.exit(main())

@@ -172,5 +172,8 @@ def main(argv: list[str] | None = None) -> int:
     return write_part(args, NAME, tables, {"copy_gbs": copy_gbs, "graphs": results}, ok=ok, notes=notes)
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # a worker or a direct run: the settings the CLI applies (haloflow/host)
+    from haloflow import host
+
+    host.apply()
     sys.exit(main())

@@ -267,5 +267,8 @@ def run(args: PartArgs, path: Path, *, epochs: int) -> int:
     return write_part(args, NAME, list(report(args, result)), result, ok=ok, notes=notes)
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # a worker or a direct run: the settings the CLI applies (haloflow/host)
+    from haloflow import host
+
+    host.apply()
     raise SystemExit(main())

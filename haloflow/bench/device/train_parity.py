@@ -133,5 +133,8 @@ def main(argv: list[str] | None = None) -> int:
     return write_part(args, NAME, [table], {"runs": result}, ok=ok, notes=notes)
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # a worker or a direct run: the settings the CLI applies (haloflow/host)
+    from haloflow import host
+
+    host.apply()
     sys.exit(main())

@@ -45,8 +45,8 @@ from haloflow.engine.dlrm.embedding_dist import (
 from haloflow.engine.dlrm.embedding_layout import RW, EmbeddingLayout, Slot
 from haloflow.engine.dlrm.shard_stores import ShardStores, store_bytes
 from haloflow.errors import ConfigError, PlanError
-from haloflow.models.dlrm import fused_sgd_bag
-from haloflow.models.keyed_init import keyed_uniform_rows
+from haloflow.kernels.sgd_bags import fused_sgd_bag
+from haloflow.kernels.keyed_uniform import keyed_uniform_rows
 from haloflow.partition.planner.types import ShardingPlan, ShardingType, Storage
 
 __all__ = ["ShardedEmbeddingCollection", "ShardedPooledHandle"]

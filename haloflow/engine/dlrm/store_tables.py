@@ -24,7 +24,7 @@ from haloflow.cache.types import RowOptimizer
 from haloflow.data.jagged import JaggedBatch
 from haloflow.errors import ConfigError
 from haloflow.models.dlrm import CompletedHandle, DLRMConfig
-from haloflow.models.keyed_init import keyed_uniform_rows
+from haloflow.kernels.keyed_uniform import keyed_uniform_rows
 
 __all__ = ["StoreTables"]
 

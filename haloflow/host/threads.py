@@ -3,7 +3,7 @@
 One OpenMP pool serves both. torch loads libtorch_global_deps.so with RTLD_GLOBAL, which puts its
 torch/lib/libgomp.so.1 in the global scope; numba's omppool asks for libgomp.so.1.0.0 (so the system's copy is
 mapped too, and stays unused) but resolves ``GOMP_parallel`` in that scope first: in gdb a numba prange runs on
-torch's worker thread. numba's kernels and torch's ops share one team and one wait policy (``haloflow/_openmp.py``)::
+torch's worker thread. numba's kernels and torch's ops share one team and one wait policy (``haloflow/host/openmp.py``)::
 
     thread count      torch.set_num_threads(n) ----+---- numba.set_num_threads(<= n) per kernel launch
                                                    |

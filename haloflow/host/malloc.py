@@ -1,8 +1,9 @@
-"""How freed memory is reused, chosen as haloflow is imported: glibc keeps big freed blocks for the next allocation.
+"""How freed memory is reused, chosen by ``haloflow.host.apply()``: glibc keeps big freed blocks for the next
+allocation.
 
 ::
 
-    import haloflow      mallopt(M_MMAP_THRESHOLD, 1 GiB), mallopt(M_TRIM_THRESHOLD, 2 GiB): blocks below 1 GiB
+    host.apply()         mallopt(M_MMAP_THRESHOLD, 1 GiB), mallopt(M_TRIM_THRESHOLD, 2 GiB): blocks below 1 GiB
                          come from the heap, and up to 2 GiB freed at its top stays mapped for the next step
                          (unless the environment has chosen: MALLOC_*_ / GLIBC_TUNABLES set, another allocator
                          in LD_PRELOAD, or HALOFLOW_MALLOC=system)
@@ -17,7 +18,8 @@ same and preload jemalloc or tcmalloc; this needs no extra library and leaves a 
 
 The cost: memory a step freed stays in the process (its RSS does not shrink between steps), which is the memory
 the next step needs again; ``trim()`` gives it back (``reset_peak_rss`` does, before a measured phase). Blocks of 1 GiB or more (a full table) are still mapped and unmapped on their own.
-A child process (a torchrun rank, a benchmark worker) sets it again when it imports haloflow.
+A child process (a torchrun rank, a benchmark worker) sets it again at its own entry point (the CLI, or
+``Runtime.start``); ``import haloflow`` alone sets nothing.
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ def _chosen_elsewhere() -> str | None:
 
 
 def apply_defaults() -> None:
-    """Set glibc's thresholds once, from ``haloflow/__init__``; a no-op off glibc or when the caller has chosen."""
+    """Set glibc's thresholds once, from ``haloflow.host.apply``; a no-op off glibc or when the caller has chosen."""
     global _state
     if _state != "not set":
         return

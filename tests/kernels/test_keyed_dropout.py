@@ -1,9 +1,11 @@
+"""haloflow/kernels/keyed_dropout.py: the mask is a function of its key alone."""
+
 import numpy as np
 import pytest
 import torch
 
 from haloflow.errors import ConfigError
-from haloflow.models.dropout import dropout_mask, keyed_dropout
+from haloflow.kernels.keyed_dropout import dropout_mask, keyed_dropout
 
 KEY = dict(p=0.5, seed=3, epoch=7, layer=1)
 
@@ -86,11 +88,12 @@ def test_fused_relu_equals_dropout_of_relu(rng):
     assert torch.equal(keyed_dropout(h, ids, training=False, relu=True, **KEY), torch.relu(h))
 
 
-def test_torch_op_mask_for_other_devices_is_bit_identical_to_the_kernel(rng):
-    # Non-CPU tensors draw the mask with torch int64 ops; run that path on CPU against the numba kernel.
-    from haloflow.models.dropout import _torch_keep
+def test_the_stock_mask_is_the_compiled_one_bit_for_bit(rng):
+    # every body draws the same mask (the stock formula's torch int64 ops run on any device): against the numba one
+    from haloflow.kernels import keyed_dropout as m
 
     ids = _ids(rng, 64)
     for n_cols in (7, 32):
         for key in (KEY, dict(p=0.1, seed=2**63 + 5, epoch=0, layer=9)):
-            assert torch.equal(_torch_keep(ids, n_cols, **key), dropout_mask(ids, n_cols, **key))
+            stock = m.keep_mask(ids, n_cols, m.base_key(key["seed"], key["epoch"], key["layer"]), m.threshold(key["p"]))
+            assert torch.equal(stock, dropout_mask(ids, n_cols, **key))

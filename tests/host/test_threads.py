@@ -10,7 +10,7 @@ import numba
 import pytest
 import torch
 
-from haloflow.utils.threads import ThreadBudget, ThreadGovernor, cores_here, fitting_threads, follow_torch_threads
+from haloflow.host.threads import ThreadBudget, ThreadGovernor, cores_here, fitting_threads, follow_torch_threads
 
 
 def test_budget_reads_as_the_arithmetic():
@@ -154,7 +154,7 @@ def test_blas_in_a_fresh_process_rounds_alike_at_any_thread_count():
     torch_mkl = pytest.importorskip("torch").backends.mkl.is_available()
     if not torch_mkl:
         pytest.skip("this torch has no MKL: its BLAS has no reproducible mode to set")
-    code = ("import sys, torch; from haloflow.utils.threads import reproducible_blas\n"
+    code = ("import sys, torch; from haloflow.host.threads import reproducible_blas\n"
             "ok = reproducible_blas() if sys.argv[1] == 'strict' else None\n"
             "g = torch.Generator().manual_seed(0)\n"
             "a, b = torch.randn(100, 798, generator=g), torch.randn(798, 300, generator=g)\n"

@@ -1,7 +1,9 @@
+"""haloflow/kernels/attend.py: the fused attention core against dense formulas, one query at a time (its bodies
+against each other: tests/kernels/test_ops.py)."""
+
 import torch
 
-from haloflow.models.tgn import TemporalAttention
-from haloflow.models.tgn_attention import attend
+from haloflow.kernels.attend import attend
 
 
 def _inputs(q_n=7, heads=2, k=4, n=5, m=6, f=3, t=4, seed=0):
@@ -18,7 +20,7 @@ def _inputs(q_n=7, heads=2, k=4, n=5, m=6, f=3, t=4, seed=0):
 
 
 def _dense(qk, memory, rows, feat, phi, mask, mult):
-    """The formulas of tgn_attention.py, one query at a time."""
+    """The formulas of kernels/attend.py, one query at a time."""
     pd, xbar = [], []
     for q in range(qk.shape[0]):
         kv = torch.cat([memory[rows[q]], feat[q], phi[q]], dim=1)  # (k, Dk)
@@ -56,36 +58,3 @@ def test_padding_slots_are_never_read():
     junk = torch.where(mask[..., None], phi, torch.full_like(phi, 1e3))
     pd2, xbar2 = attend(qk, memory, rows, feat, junk, mask, mult)
     assert torch.equal(pd, pd2) and torch.equal(xbar, xbar2)
-
-
-def test_folded_attention_equals_the_attention_then_the_next_product():
-    """``folded`` multiplies the weights first; the numbers (and the weights' gradients) are the unfolded ones."""
-    q_n, k, m, f, t, d = 9, 4, 6, 3, 4, 5
-    att = TemporalAttention(m + t, m + f + t, heads=2, dropout=0.3, seed=0).train()
-    gen = torch.Generator().manual_seed(1)
-    with torch.no_grad():
-        for p in att.parameters():
-            p.normal_(generator=gen)  # non-zero biases too
-    s_q, t_q = torch.randn(q_n, m, generator=gen), torch.randn(t, generator=gen)
-    memory, rows = torch.randn(6, m, generator=gen), torch.randint(0, 6, (q_n, k), generator=gen)
-    feat, phi = torch.randn(q_n, k, f, generator=gen), torch.randn(q_n, k, t, generator=gen)
-    mask = torch.rand(q_n, k, generator=gen) < 0.7
-    mask[2] = False
-    keys, w_after = torch.arange(q_n) * 3 + 1, torch.randn(d, m + t, generator=gen)
-    s_q[5], s_q[7] = s_q[1], s_q[1]  # queries of one node share its row
-    distinct, pos = torch.unique(s_q, dim=0, return_inverse=True)  # (U, M), (Q,)
-    kv = torch.cat([memory[rows], feat, phi], dim=2)
-    query = torch.cat([s_q, t_q.expand(q_n, -1)], dim=1)
-    outs, grads = [], []
-    for run in (lambda: att.folded(s_q, t_q, memory, rows, feat, phi, mask, keys, 2, w_after),
-                lambda: att.folded(distinct, t_q, memory, rows, feat, phi, mask, keys, 2, w_after, query_pos=pos),
-                lambda: att(query, kv, mask, keys, epoch=2) @ w_after.t()):
-        out = run()
-        outs.append(out)
-        grads.append(torch.autograd.grad(out.square().sum(), list(att.parameters())))
-    assert distinct.shape[0] == q_n - 2
-    for i in (1, 2):
-        torch.testing.assert_close(outs[0], outs[i], rtol=1e-4, atol=1e-4)
-        for a, b in zip(grads[0], grads[i]):
-            torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-3)
-    assert (outs[0][2] == 0).all()

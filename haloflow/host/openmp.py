@@ -1,13 +1,14 @@
-"""How OpenMP's idle threads wait, chosen as haloflow is imported: before torch loads its OpenMP runtime.
+"""How OpenMP's idle threads wait, chosen by ``haloflow.host.apply()`` before torch loads its OpenMP runtime.
 
 ::
 
-    import haloflow      GOMP_SPINCOUNT=10000, unless the environment already says how to wait
-                         (OMP_WAIT_POLICY, GOMP_SPINCOUNT or KMP_BLOCKTIME set: left alone)
+    host.apply()         GOMP_SPINCOUNT=10000, unless the environment already says how to wait
+    (the CLI's entry)    (OMP_WAIT_POLICY, GOMP_SPINCOUNT or KMP_BLOCKTIME set: left alone); ``import haloflow``
+                         alone sets nothing
     import torch         torch's libgomp reads it once, as it loads
     numba prange         runs on that same runtime: numba's omppool resolves GOMP_parallel to the libgomp torch
                          put in the global scope, so its kernels use torch's worker threads (one pool, one policy;
-                         haloflow/utils/threads.py)
+                         haloflow/host/threads.py)
     child processes      torchrun's ranks, benchmark workers: inherit it, and HALOFLOW_OPENMP_DEFAULTS naming
                          it as haloflow's (so caller_environ() there still gives the caller's own environment)
 
@@ -26,8 +27,8 @@ against 22. 10,000 spins (0.2-0.3 ms) bridge the gaps inside a step, as the defa
 and let a thread sleep soon after its step leaves it idle or the scheduler parks its partner; beside six busy
 processes the step took 87-96 ms against the default's 120-265 ms (passive: 28-40 ms, one thread: 33 ms).
 
-A process that imported torch before haloflow keeps torch's choice (a runtime reads its environment once);
-``wait_policy()`` says so, and the runtime's start-up line shows it.
+A process that imported torch before ``apply`` ran (a notebook calling the Python API) keeps torch's choice (a
+runtime reads its environment once); ``wait_policy()`` says so, and the runtime's start-up line shows it.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ _torch_first = False  # torch (and its OpenMP runtime) was loaded before apply_d
 
 
 def apply_defaults() -> None:
-    """Set GOMP_SPINCOUNT=10000 unless the environment has chosen; once, from ``haloflow/__init__``."""
+    """Set GOMP_SPINCOUNT=10000 unless the environment has chosen; once, from ``haloflow.host.apply``."""
     global _torch_first
     if _added:
         return
@@ -70,7 +71,8 @@ def wait_policy() -> str:
     """How torch's OpenMP threads wait in this process, for the start-up line: haloflow's bounded spin, the
     caller's own setting (``"OMP_WAIT_POLICY=ACTIVE (the environment's)"``), or a note that torch came first."""
     if _torch_first:
-        return "spinning 300,000 pauses (torch was imported before haloflow; set GOMP_SPINCOUNT=10000 to bound it)"
+        return ("spinning 300,000 pauses (torch was imported before haloflow.host.apply(); set GOMP_SPINCOUNT=10000 "
+                "to bound it)")
     if _added:
         return "spin 10,000 pauses, then sleep"
     chosen = [f"{name}={os.environ[name]}" for name in CHOSEN_BY if name in os.environ]

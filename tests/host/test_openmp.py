@@ -1,4 +1,5 @@
-"""haloflow/_openmp.py: OpenMP's idle threads spin briefly, then sleep, in a process that imports haloflow first.
+"""haloflow/host/openmp.py: OpenMP's idle threads spin briefly, then sleep, in a process whose entry point applied
+haloflow's settings (``haloflow.host.apply()``) before torch loaded.
 
 Each case is a fresh interpreter: a runtime reads its environment once, as it loads.
 """
@@ -20,31 +21,33 @@ def _run(code: str, **env) -> dict:
     return json.loads(out.splitlines()[-1])
 
 
-REPORT = ("import json, os; from haloflow import _openmp; print(json.dumps({'spin': os.environ.get('GOMP_SPINCOUNT'), "
+REPORT = ("import json, os; from haloflow.host import openmp as _openmp; print(json.dumps({'spin': os.environ.get('GOMP_SPINCOUNT'), "
           "'wait': os.environ.get('OMP_WAIT_POLICY'), 'policy': _openmp.wait_policy(), "
           "'caller': _openmp.caller_environ().get('GOMP_SPINCOUNT')}))")
 HALOFLOWS = {"spin": "10000", "wait": None, "policy": "spin 10,000 pauses, then sleep", "caller": None}
 
 
-def test_importing_haloflow_first_bounds_the_spin():
-    assert _run("import haloflow; " + REPORT) == HALOFLOWS  # the caller's own environment had none
+def test_applying_the_settings_before_torch_bounds_the_spin():
+    assert _run("import haloflow.host; haloflow.host.apply(); " + REPORT) == HALOFLOWS  # the caller had none
 
 
 @pytest.mark.parametrize("name, value", [("OMP_WAIT_POLICY", "PASSIVE"), ("GOMP_SPINCOUNT", "300000"),
                                          ("KMP_BLOCKTIME", "0")])
 def test_a_choice_in_the_environment_is_left_alone(name, value):
-    got = _run("import haloflow; " + REPORT, **{name: value})
+    got = _run("import haloflow.host; haloflow.host.apply(); " + REPORT, **{name: value})
     assert got["spin"] == (value if name == "GOMP_SPINCOUNT" else None)
     assert got["policy"] == f"{name}={value} (the environment's)"
 
 
 def test_torch_imported_first_keeps_spinning_and_says_so():
-    got = _run("import torch, haloflow; " + REPORT)
-    assert got["policy"].startswith("spinning 300,000 pauses (torch was imported before haloflow")
+    got = _run("import torch, haloflow.host; haloflow.host.apply(); " + REPORT)
+    assert got["policy"].startswith("spinning 300,000 pauses (torch was imported before haloflow.host.apply()")
 
 
 WORKER_SLEEPS = """
-import haloflow, json, os, time, torch
+import haloflow.host
+haloflow.host.apply()
+import json, os, time, torch
 torch.set_num_threads(2)
 x = torch.ones(4_000_000)
 x.add_(1)  # starts the pool
@@ -83,6 +86,7 @@ def test_the_worker_thread_sleeps_in_the_serial_gaps_between_regions():
 
 
 def test_a_child_of_haloflow_knows_its_inherited_setting_for_haloflow_s():
-    child = ("import subprocess, sys; print(subprocess.run([sys.executable, '-c', " + repr("import torch, haloflow; "
-             + REPORT) + "], capture_output=True, text=True, check=True).stdout.strip())")
-    assert _run("import haloflow; " + child) == HALOFLOWS  # torch first, yet haloflow's: inherited
+    child = ("import subprocess, sys; print(subprocess.run([sys.executable, '-c', " + repr(
+        "import torch, haloflow.host; haloflow.host.apply(); " + REPORT) + "], capture_output=True, text=True, "
+        "check=True).stdout.strip())")
+    assert _run("import haloflow.host; haloflow.host.apply(); " + child) == HALOFLOWS  # torch first: inherited

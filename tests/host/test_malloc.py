@@ -1,4 +1,5 @@
-"""haloflow/_malloc.py: a process that imports haloflow reuses big freed blocks instead of faulting fresh pages in.
+"""haloflow/host/malloc.py: a process whose entry point applied haloflow's settings reuses big freed blocks instead of
+faulting fresh pages in.
 
 Each case is a fresh interpreter (mallopt is per process).
 """
@@ -12,8 +13,9 @@ import pytest
 
 FAULTS = """
 import json, resource
-import haloflow, torch
-from haloflow._malloc import malloc_policy
+import haloflow.host, torch
+haloflow.host.apply()
+from haloflow.host.malloc import malloc_policy
 faults = []
 for step in range(10):  # a step's activations: 100 MB and 32 MB blocks (above glibc's own 32 MiB threshold)
     before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
@@ -48,6 +50,6 @@ def test_big_blocks_are_reused_not_faulted_in_again():
                                         "GLIBC_TUNABLES (the environment's)"),
                                        ({"LD_PRELOAD": "/nonexistent/libjemalloc.so"}, "jemalloc (LD_PRELOAD)")])
 def test_a_choice_in_the_environment_is_left_alone(env, says):
-    got = _run("import json, haloflow; from haloflow._malloc import malloc_policy; "
+    got = _run("import json, haloflow.host; haloflow.host.apply(); from haloflow.host.malloc import malloc_policy; "
                "print(json.dumps({'policy': malloc_policy()}))", **env)
     assert got["policy"] == says
