@@ -254,7 +254,7 @@ def test_elsewhere_leaves_out_the_commands_a_named_test_runs():
     ('elsewhere "haloflow nope" tests/cli/test_bench.py', r"README.md:1: elsewhere 'haloflow nope': no command"),
     ('elsewhere "haloflow bench cache" tests/no_such.py', r"README.md:1: elsewhere names tests/no_such.py, which "
                                                           r"does not exist"),
-    ('elsewhere "haloflow bench cache" tests/test_openmp.py', r"line 3, but it never mentions 'cache'"),
+    ('elsewhere "haloflow bench cache" tests/host/test_openmp.py', r"line 3, but it never mentions 'cache'"),
     ('elsewhere "haloflow bench cache" tests/bench/test_contention.py', r"never mentions 'cache', '--no-such-flag'"),
     ('elsewhere "haloflow bench cache"', r"README.md:1: elsewhere takes"),
 ])

@@ -105,10 +105,10 @@ def bench_spmm(graph: CSRGraph, widths: list[int], repeats: int, seed: int) -> l
         for f in widths:
             x = torch.randn(graph.num_nodes, f, generator=gen)  # (N, F)
             fwd = best_ms(lambda: op @ x, repeats)
-            bwd = best_ms(lambda: op._bwd.matmul(x, kernel), repeats)  # the backward's A^T @ G
+            bwd = best_ms(lambda: op.t_matmul(x), repeats)  # the backward's A^T @ G
             rows.append(dict(kernel=kernel, width=f, forward_ms=fwd, backward_ms=bwd))
     # torch's own autograd through torch.sparse.mm (what a plain torch user gets), for reference
-    a = LocalAggregator(graph, "gcn", kernel="torch").op._fwd.torch_csr(torch.float32)
+    a = LocalAggregator(graph, "gcn", kernel="torch").op.sparse_csr(torch.float32)
     for f in widths:
         x = torch.randn(graph.num_nodes, f, generator=gen).requires_grad_()
         g = torch.randn(graph.num_nodes, f, generator=gen)

@@ -194,7 +194,7 @@ def pyg_train_epoch(model: PygTGN, train_ids: np.ndarray, train_neg, epoch: int)
 
 # haloflow's runs share this process with PyG's: fixed threads, so that neither side puts MKL in its reproducible
 # mode for both (MKL takes one mode a process). A default `train tgn` pays that mode too: 1.02x the step time
-# (utils/threads.reproducible_blas)
+# (host/threads.reproducible_blas)
 SAME_PROCESS = {"progress": False, "device": "cpu", "adapt_threads": False}
 
 

@@ -92,7 +92,7 @@ class RuntimeConfig:
         log_every: when no bar shows, print a line every this many epochs or steps (0: about ten lines a run).
         checkpoint: where and how often to save, and where to resume from (``engine/checkpoint.py``).
         adapt_threads: between units, use fewer threads while other processes keep the cores busy, and go back
-            up when they leave (``utils/threads.ThreadGovernor``; ``--fixed-threads`` turns it off). On only where
+            up when they leave (``host/threads.ThreadGovernor``; ``--fixed-threads`` turns it off). On only where
             the numbers do not depend on the thread count (MKL in its reproducible mode, set at start-up), so a
             run is the same bit for bit whatever else runs beside it, and at any OMP_NUM_THREADS. Fixed threads
             leave MKL its fastest split (up to ~10% faster on small-output products; the numbers then differ from

@@ -20,6 +20,8 @@ row-parallel CPU body; the measurements behind the default are there.
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import scipy.sparse
 import torch
@@ -113,6 +115,20 @@ class SparseOperator:
         csr = self._fwd.tensors(x.dtype, x.device)
         csr_t = self._bwd.tensors(x.dtype, x.device)
         return spmm(x, csr, csr_t, self.kernel)  # (R, F)
+
+    def t_matmul(self, g: torch.Tensor) -> torch.Tensor:
+        """``A^T @ g`` (the backward's product), without autograd. Shapes: g (R, F) -> (C, F)."""
+        csr = self._fwd.tensors(g.dtype, g.device)
+        csr_t = self._bwd.tensors(g.dtype, g.device)
+        with torch.no_grad():
+            return spmm(g, csr_t, csr, self.kernel)
+
+    def sparse_csr(self, dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu") -> torch.Tensor:
+        """The matrix as a ``torch.sparse_csr`` tensor (what a plain torch program would multiply by)."""
+        indptr, indices, values = self._fwd.tensors(dtype, torch.device(device))
+        with warnings.catch_warnings():  # "sparse CSR support is in beta": known
+            warnings.simplefilter("ignore", UserWarning)
+            return torch.sparse_csr_tensor(indptr, indices, values, size=self.shape)
 
     def to_dense(self) -> torch.Tensor:
         """The matrix as a dense float64 tensor (for tests and small inputs)."""

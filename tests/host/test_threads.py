@@ -1,4 +1,4 @@
-"""utils/threads.py: the ranks x threads arithmetic said at start-up, and numba's kernels kept at torch's count."""
+"""haloflow/host/threads.py: the ranks x threads arithmetic said at start-up, and numba's kernels kept at torch's count."""
 
 import logging
 import os

@@ -103,7 +103,7 @@ def race(steps: dict, dev: torch.device, warmup: int, rounds: int) -> tuple[dict
 
 def spmm_rows(agg: LocalAggregator, graph: CSRGraph, dev: torch.device, widths: list[int], copy_gbs: float,
               repeats: int) -> list[list]:
-    a = agg.op._fwd.torch_csr(torch.float32, dev)
+    a = agg.op.sparse_csr(torch.float32, dev)
     csr_bytes = sum(t.numel() * t.element_size() for t in (a.crow_indices(), a.col_indices(), a.values()))
     rows = []
     for f in widths:
@@ -114,6 +114,29 @@ def spmm_rows(agg: LocalAggregator, graph: CSRGraph, dev: torch.device, widths: 
         gbs, gathered_gbs = nbytes / (ms * 1e-3) / 1e9, gathered / (ms * 1e-3) / 1e9
         rows.append([f, ms, nbytes / 1e9, gbs, gbs / copy_gbs, gathered / 1e9, gathered_gbs / copy_gbs])
     return rows
+
+
+def dropout_rows(nodes: int, dev: torch.device, repeats: int) -> tuple[list[list], bool]:
+    """The keyed dropout's bodies on the device, (nodes, 128) float32, p = 0.5: the body registered for it (Triton
+    where it imports) against the stock formula (~10 int64 passes): ms each and whether every bit agrees."""
+    from haloflow.kernels import keyed_dropout as kd
+    from haloflow.kernels._registry import triton_available
+
+    gen = torch.Generator(device=dev).manual_seed(0)
+    h = torch.randn(nodes, HIDDEN, generator=gen, device=dev)
+    ids = torch.arange(nodes, device=dev) * 7 + 3
+    args = (h, ids, kd.base_key(0, 1, 1), kd.threshold(0.5), 2.0, True, True)
+    fused = kd.gpu if dev.type == "cuda" and triton_available() else kd.cpu if dev.type == "cpu" else None
+    want = kd.stock(*args)
+    rows = [["stock (torch int64 ops)", statistics.median(time_ms(lambda: kd.stock(*args), dev, warmup=2,
+                                                                     repeats=repeats)), 1.0, True]]
+    same = True
+    if fused is not None:
+        got = fused(*args)
+        same = all(torch.equal(a, b) for a, b in zip(got, want))
+        ms = statistics.median(time_ms(lambda: fused(*args), dev, warmup=2, repeats=repeats))
+        rows.append([f"registered body ({'Triton' if dev.type == 'cuda' else 'numba'})", ms, ms / rows[0][1], same])
+    return rows, same
 
 
 def one_graph(nodes: int, entries: int, args, copy_gbs: float) -> tuple[list[Table], dict, bool]:
@@ -143,15 +166,23 @@ def one_graph(nodes: int, entries: int, args, copy_gbs: float) -> tuple[list[Tab
                  ["width", "ms", "GB moved (min)", "GB/s", "of copy bw", "GB gathered", "gathered of copy bw"],
                  float_fmt=["", ".3f", ".3f", ".0f", ".1%", ".3f", ".1%"])
     spmm.rows = spmm_rows(agg, graph, dev, [40, 128] if not args.tiny else [8], copy_gbs, 3 if args.tiny else 10)
+    drop = Table(f"keyed dropout (relu fused, p 0.5) of a ({nodes:,}, {HIDDEN}) block on {dev.type}: its bodies",
+                 ["body", "ms", "vs stock", "bits equal the stock formula's"], float_fmt=["", ".3f", ".3f", ""])
+    drop.rows, drop_same = dropout_rows(nodes, dev, 3 if args.tiny else 10)
+    target = ratios.get("haloflow")
+    epochs.title += (f"; target: haloflow (dropout 0.5) <= 0.6x pyg-sparse's time: "
+                     f"{'met' if target is not None and target <= 0.6 else 'NOT met'} ({target:.3f})"
+                     if target is not None else "")
     result = {"nodes": nodes, "entries": graph.num_edges, "epoch_ms": {k: statistics.median(v) for k, v in
                                                                          times.items()},
               "epoch_ms_rounds": times, "ratios": ratios, "peak_mib": peaks, "untimed_losses": losses,
               "nodropout_loss_rel_diff": loss_rel, "same_math": same,
-              "spmm": [dict(zip(spmm.headers, r)) for r in spmm.rows]}
+              "spmm": [dict(zip(spmm.headers, r)) for r in spmm.rows],
+              "keyed_dropout": [dict(zip(drop.headers, r)) for r in drop.rows], "dropout_target_0.6": target}
     del steps, agg, x, y
     if dev.type == "cuda":
         torch.cuda.empty_cache()
-    return [epochs, spmm], result, same
+    return [epochs, spmm, drop], result, same and drop_same
 
 
 def main(argv: list[str] | None = None) -> int:
