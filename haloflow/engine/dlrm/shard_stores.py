@@ -27,9 +27,10 @@ only its own columns, so it cannot keep that accumulator alone, and the combinat
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -41,7 +42,6 @@ from haloflow.cache import (
     RowOptimizer,
     RowStore,
     make_optimizer,
-    make_policy,
 )
 from haloflow.errors import ConfigError
 
@@ -59,12 +59,15 @@ class ShardStores:
         device: where the stores' device rows (whole tables, or cache slots) live.
         backing_dir: put cached stores' backing rows in memory-mapped folders under it (one per store, made
             afresh), for tables larger than host memory; None: in host memory.
+        histograms: the count of every row of every table in the data (one int64 (rows,) array a table), which
+            the "frequency" policy ranks rows by (Colossal-AI's); a store gets the slice of its own rows.
     """
 
     optimizer: RowOptimizer
     cache: CacheConfig | None = None
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     backing_dir: Path | None = None
+    histograms: tuple[np.ndarray, ...] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "optimizer", make_optimizer(self.optimizer))
@@ -72,9 +75,11 @@ class ShardStores:
         if self.backing_dir is not None:
             object.__setattr__(self, "backing_dir", Path(self.backing_dir))
 
-    def make(self, name: str, weight: Tensor, *, cache_rows: int | None = None) -> RowStore:
+    def make(self, name: str, weight: Tensor, *, cache_rows: int | None = None, table: int | None = None,
+             rows: tuple[int, int] | None = None) -> RowStore:
         """A store holding ``weight`` (rows, cols) under ``name``: cached with ``cache_rows`` slots when given
-        (a plan's cached table), else as ``cache`` says, else whole on the device."""
+        (a plan's cached table), else as ``cache`` says, else whole on the device. ``table`` and ``rows`` (its
+        first and last + 1 row in the table) say which rows it holds, for the "frequency" policy's histogram."""
         n, d = (int(x) for x in weight.shape)
         if cache_rows is None and self.cache is None:
             return MemoryStore(weight.to(self.device), self.optimizer, name=name)
@@ -87,10 +92,12 @@ class ShardStores:
         else:
             backing = BackingStore.create(self.backing_dir / name, n, d, self.optimizer, weight=weight, name=name,
                                           overwrite=True)
-        config = self.cache if self.cache is not None else CacheConfig(num_slots=slots)
-        policy = make_policy(config.policy, admit_all=config.admit_all)
-        return CachedStore(backing, num_slots=slots, policy=policy, device=self.device, max_bytes=config.max_bytes,
-                           name=name)
+        config = replace(self.cache if self.cache is not None else CacheConfig(), num_slots=slots, ratio=None)
+        histogram = None
+        if self.histograms is not None and table is not None:
+            lo, hi = rows if rows is not None else (0, n)
+            histogram = self.histograms[table][lo:hi]
+        return CachedStore.from_config(backing, config, device=self.device, histogram=histogram, name=name)
 
 
 def store_bytes(store: RowStore) -> tuple[int, int]:

@@ -126,10 +126,12 @@ class ShardedEmbeddingCollection(nn.Module):
         else:
             # One store at a time: each initial rectangle is freed once its store holds it.
             for t in layout.dp_tables:
-                store = stores.make(f"t{t}", init(t, (0, layout.table_rows[t]), (0, D)))
+                store = stores.make(f"t{t}", init(t, (0, layout.table_rows[t]), (0, D)), table=t,
+                                    rows=(0, layout.table_rows[t]))
                 self.replica_bags.append(CachedEmbeddingBag(store, include_last_offset=True))
             for s in self.slots:
-                store = stores.make(_slot_name(s), rect(s), cache_rows=s.cache_rows)
+                store = stores.make(_slot_name(s), rect(s), cache_rows=s.cache_rows, table=s.table,
+                                    rows=(s.row_offset, s.row_offset + s.num_rows))
                 self.shard_bags.append(CachedEmbeddingBag(store, include_last_offset=True))
         self._replica_grads: list[tuple[Tensor, Tensor]] = []  # summed (ids, grads) of the replicas, for step()
         self._pooled_w, self._rw_w = layout.widths(rw=False), layout.widths(rw=True)

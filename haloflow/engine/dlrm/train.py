@@ -22,6 +22,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -175,8 +176,21 @@ def _cache_record(embeddings) -> dict:
             "cache_bytes_to_host": s.bytes_to_host}
 
 
-def build_dlrm(config: DLRMTrainConfig, table_sizes: tuple[int, ...], num_dense: int,
-               layout: ParallelLayout) -> DistributedDLRM:
+def row_counts(data: _Data, steps: int) -> tuple[np.ndarray, ...]:
+    """How often each row of each table is read by the first ``steps`` training batches (what this run trains
+    on): the histogram the "frequency" cache policy ranks rows by. One pass over the batches' ids, every rank
+    alike (each reads the global batches), so every rank's stores rank their rows the same way."""
+    counts = [np.zeros(n, dtype=np.int64) for n in data.table_sizes]
+    for i, batch in enumerate(data.batches("train")):
+        if i >= steps:
+            break
+        lengths = batch.sparse.lengths.sum(1).tolist()  # ids per table
+        for t, ids in enumerate(batch.sparse.values.split(lengths)):
+            counts[t] += np.bincount(ids.numpy(), minlength=counts[t].shape[0])
+    return tuple(counts)
+
+
+def build_dlrm(config: DLRMTrainConfig, data: _Data, layout: ParallelLayout, steps: int) -> DistributedDLRM:
     """This rank's DLRM, whatever K: its shards of the plan (``--plan``, else whole tables spread over the ranks;
     at K = 1 every table on the one rank), built in place (no rank allocates a table it does not own).
 
@@ -186,6 +200,7 @@ def build_dlrm(config: DLRMTrainConfig, table_sizes: tuple[int, ...], num_dense:
     data-parallel replicas by the torch optimizer after their gradients are summed. Data-parallel replicas go
     into stores too when the shards do (never parameters), so that every table gets the same optimizer.
     """
+    table_sizes, num_dense = data.table_sizes, data.num_dense
     model_config = DLRMConfig(table_sizes=table_sizes, num_dense=num_dense, embedding_dim=config.embedding_dim,
                               bottom_mlp=config.bottom_mlp, top_mlp=config.top_mlp, seed=config.seed)
     if config.plan is not None:
@@ -201,8 +216,9 @@ def build_dlrm(config: DLRMTrainConfig, table_sizes: tuple[int, ...], num_dense:
 
         cache = (CacheConfig(ratio=config.cache_ratio, policy=config.cache_policy)
                  if config.cache_ratio is not None else None)
+        histograms = row_counts(data, steps) if cache is not None and cache.policy == "frequency" else None
         stores = ShardStores(optimizer=make_optimizer({"name": config.optimizer, "lr": config.lr}), cache=cache,
-                             device=layout.device)
+                             device=layout.device, histograms=histograms)
     return parallelize_dlrm(model_config, plan, layout.group, dp_grad=config.dp_grad, device=layout.device,
                             stores=stores, dtype=getattr(torch, config.dtype),
                             fused_sgd_lr=config.lr if stores is None else None)
@@ -241,12 +257,12 @@ class DLRMFamily:
     def setup(self, rt: Runtime) -> None:
         cfg = self.config
         self.rt, self.data, self.dtype = rt, _Data(cfg), getattr(torch, cfg.dtype)
-        self.net = build_dlrm(cfg, self.data.table_sizes, self.data.num_dense, rt.layout)
-        dense_opt = torch.optim.Adagrad if cfg.optimizer != "sgd" else torch.optim.SGD
-        self.opt = dense_opt([p for p in self.net.parameters() if p.requires_grad], lr=cfg.lr)
         self.per_epoch = self.data.num_batches("train")
         self.total = self.per_epoch * cfg.epochs if cfg.max_steps is None else min(self.per_epoch * cfg.epochs,
                                                                                    cfg.max_steps)
+        self.net = build_dlrm(cfg, self.data, rt.layout, min(self.total, self.per_epoch))
+        dense_opt = torch.optim.Adagrad if cfg.optimizer != "sgd" else torch.optim.SGD
+        self.opt = dense_opt([p for p in self.net.parameters() if p.requires_grad], lr=cfg.lr)
         self.devices = {"model": {p.device.type for p in self.net.parameters()}, "batches": set()}
 
     # ------------------------------------------------------------------------------------------ checkpoints
