@@ -1,6 +1,8 @@
 import gzip
+import sys
 
 import numpy as np
+import pytest
 
 from haloflow.cli import main
 from haloflow.partition.format import load_meta, load_new_to_orig, load_partition
@@ -189,3 +191,23 @@ def test_partition_never_imports_torch(tmp_path):
     code = "import sys; import haloflow.engine.runtime; print('torch' in sys.modules)"
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert run.stdout.split()[-1] == "True"
+
+
+@pytest.mark.parametrize("package", ["kahip", "mtkahypar", "kaminpar"])
+def test_a_missing_optional_library_is_one_line_naming_it_and_exit_2(cli_fails, tmp_path, monkeypatch, package):
+    """Issue 35, acceptance 4: the user learns what to install, and nothing is written."""
+    monkeypatch.setitem(sys.modules, package, None)  # `import package` now raises ImportError, as if not installed
+    out = tmp_path / "parts"
+    cli_fails(["partition", _snap(tmp_path), "--parts", "2", "--method", package, "--out", out],
+              f"method '{package}' needs the {package} package, which is not installed: pip install "
+              f"{package}")
+    assert not out.exists()
+
+
+def test_auto_without_the_libraries_is_metis(tmp_path, monkeypatch, capsys):
+    for package in ("kahip", "mtkahypar", "kaminpar"):
+        monkeypatch.setitem(sys.modules, package, None)
+    path = _snap(tmp_path)
+    for method in ("auto", "metis"):
+        assert main(["partition", str(path), "--parts", "3", "--method", method, "--out", str(tmp_path / method)]) == 0
+    assert np.array_equal(load_new_to_orig(tmp_path / "auto"), load_new_to_orig(tmp_path / "metis"))

@@ -58,7 +58,7 @@ def test_train_mask_as_0_1_integers_is_accepted():
     "kwargs, match",
     [
         ({"num_parts": 0}, r"num_parts must be an integer >= 1, got 0"),
-        ({"num_parts": 2, "method": "kl"}, r"method must be one of metis, fennel, random, kahip, mtkahypar; got 'kl'"),
+        ({"num_parts": 2, "method": "kl"}, r"method must be one of metis, fennel, random, kahip, mtkahypar, kaminpar, auto; got 'kl'"),
         ({"num_parts": 2, "balance": ("nodes", "vertices")}, r"unknown weight 'vertices', expected any of nodes"),
         ({"num_parts": 2, "balance": ()}, r"balance must name at least one"),
         ({"num_parts": 2, "balance": ("edges", "edges")}, r"names a weight twice"),

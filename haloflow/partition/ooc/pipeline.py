@@ -74,7 +74,7 @@ class _Stages:
     def done(self, name: str) -> None:
         now = time.perf_counter()
         self.times[name] = self.times.get(name, 0.0) + now - self._t
-        log.info("%s: %.2f s", name, now - self._t)
+        log.info("%s: %.2f s (peak resident memory so far %s)", name, now - self._t, format_bytes(peak_rss_bytes()))
         self._t = now
 
 
