@@ -1,7 +1,8 @@
 """`haloflow partition INPUT --parts K --out DIR`: partition a graph data set into a partition folder.
 
-Parses the arguments into a `PartitionConfig` and calls `read_input` and `partition_dataset`; prints the
-graph (undirected edges, with the directed entries stored for them), the per-part table (inner, halo, halo/inner,
+Parses the arguments into a `PartitionConfig`, prints the estimate of peak memory and temporary disk
+(``partition/estimate.py``, from the input's header or a sample), then calls `read_input` and `partition_dataset`;
+prints the graph (undirected edges, with the directed entries stored for them), the per-part table (inner, halo, halo/inner,
 edges), the edge cut, the balance, wall time and peak memory.
 """
 
@@ -14,12 +15,14 @@ from contextlib import contextmanager
 
 from haloflow.cli import name_flags
 from haloflow.data.paths import check_output_parent
-from haloflow.data.readers import FORMATS
+from haloflow.data.readers import FORMATS, detect_format
+from haloflow.data.textscan import is_pipe
 from haloflow.errors import ConfigError
 from haloflow.partition.api import FENNEL_ORDER_CHOICES, METHODS, PartitionConfig
 from haloflow.partition.auto import DEFAULT_TIME_BUDGET
 from haloflow.partition.external import DEFAULT_PRESET, EXTERNAL_METHODS, PRESETS, require
 from haloflow.partition.fennel import FENNEL_PASSES, FENNEL_STARTS
+from haloflow.partition.estimate import estimate_in_memory, estimate_out_of_core
 from haloflow.partition.format import check_output_dir
 from haloflow.cli.reader_args import READER_FLAGS, add_reader_arguments, reader_options
 from haloflow.partition.pipeline import partition_dataset, read_input
@@ -72,9 +75,9 @@ def register(subparsers) -> None:
     )
     p.add_argument(
         "--fennel-start", choices=FENNEL_STARTS, default="auto",
-        help="fennel only: auto (default) runs the streaming and bisection starts (and the multilevel one on a "
-        "mesh-like graph: mean degree <= 6, largest <= 16x the mean) and keeps the smallest cut (with "
-        "--memory-budget: the stream); stream is plain Fennel (the fastest); multilevel (coarsen, start, refine "
+        help="fennel only: auto (default) runs the streaming and bisection starts, then the multilevel one only "
+        "when the bisection cut fewer edges than the stream, and keeps the smallest cut (with --memory-budget: the "
+        "stream); stream is plain Fennel (the fastest); multilevel (coarsen, start, refine "
         "level by level; also with --memory-budget) suits road networks and meshes; bisect is a recursive BFS "
         "bisection",
     )
@@ -119,6 +122,7 @@ def run(args: argparse.Namespace) -> int:
         config = _config(args)
         check_output_parent(args.out)  # fail before reading a large input
         check_output_dir(args.out, args.overwrite)
+        print(estimate_in_memory(args.input, _format(args), config.method).line(), flush=True)
         t = time.perf_counter()
         dataset = read_input(args.input, format=args.format, symmetrize=args.symmetrize, **reader_options(args))
         read_s = time.perf_counter() - t
@@ -129,6 +133,10 @@ def run(args: argparse.Namespace) -> int:
           f"-> {config.num_parts} parts ({config.method}, seed {config.seed})")
     print(summary.report())
     return 0
+
+
+def _format(args: argparse.Namespace) -> str:
+    return detect_format(args.input) if args.format == "auto" and not is_pipe(args.input) else args.format
 
 
 def _config(args: argparse.Namespace) -> PartitionConfig:
@@ -177,6 +185,7 @@ def _run_out_of_core(args: argparse.Namespace) -> int:
         check_output_parent(args.out)
         check_output_parent(args.tmp_dir, "--tmp-dir")
         check_output_dir(args.out, args.overwrite)
+        print(estimate_out_of_core(args.input, _format(args), budget).line(), flush=True)
         source, nodes = open_streamed(args.input, args.format, **reader_options(args))
         with _terminate_as_interrupt():
             summary = partition_out_of_core(source, config, ooc, args.out, nodes=nodes, symmetrize=args.symmetrize,

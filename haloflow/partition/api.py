@@ -66,8 +66,8 @@ class PartitionConfig:
         seed: makes every method deterministic (the same seed gives the same parts; kaminpar, and auto when it
             keeps kaminpar, only on one thread: ``kaminpar.py``); 0 is METIS's own default.
         chunk_size: fennel only, vertices per streamed chunk (bounds the rows read at once).
-        fennel_start: fennel only, ``"auto"`` (default: the stream and bisect starts, and multilevel on mesh-like
-            graphs (mean degree <= 6, largest <= 16x the mean), the smallest cut wins; out of core the stream),
+        fennel_start: fennel only, ``"auto"`` (default: the stream and bisect starts, then multilevel when the
+            bisection cut less than the stream, the smallest cut wins; out of core the stream),
             ``"stream"`` (plain Fennel, the fastest),
             ``"multilevel"`` (coarsened by label propagation and refined level by level: road networks and meshes,
             where it cuts 0.8-1.2x METIS's edges) or ``"bisect"`` (recursive BFS bisection, then restreaming); see
