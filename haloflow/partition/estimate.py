@@ -14,9 +14,16 @@
                         to fill the budget; temporary disk = the on-disk CSR and the part buckets, 16.5 B per edge
 
 Bytes per symmetrised entry of the in-memory runs, measured with ``/usr/bin/time`` (peak RSS of the whole process)
-on 2026-12-06: Delaunay 1M nodes (.npy, 6.0M entries) and USA-road-NE (.gr.xz, 3.9M entries), K = 16, minus the
-process's 110 MiB: the table ``IN_MEMORY_BYTES_PER_ENTRY``. They differ by method because METIS and the libraries
-hold their own copies of the graph (and, for METIS, of every coarser level).
+on 2026-12-06 at K = 16, minus the process's 110 MiB::
+
+    input                                  entries   metis   fennel   kaminpar
+    Delaunay 1M nodes (.npy)               6.0M      75      68       97
+    USA-road-NE 1.5M nodes (.gr.xz text)   3.9M      130     119      156
+
+The table ``IN_MEMORY_BYTES_PER_ENTRY`` takes about their mean, so the in-memory estimate is good to about +-30 %
+(a graph with many nodes per edge, as a road network, costs more per entry: its per-node arrays weigh more; the
+node count is not known before reading). random, kahip and mtkahypar were not measured: their entries are
+guesses from their copies of the graph. The out-of-core estimate is what ``--memory-budget`` is held to.
 """
 
 from __future__ import annotations
@@ -33,8 +40,8 @@ __all__ = ["Estimate", "input_edges", "estimate_in_memory", "estimate_out_of_cor
 
 PROCESS_BYTES = 110 << 20  # `haloflow partition`'s own RSS before it reads (NumPy, numba, SciPy imported)
 OOC_PROCESS_BYTES = 165 << 20  # the same with the out-of-core pipeline's numba kernels loaded
-IN_MEMORY_BYTES_PER_ENTRY = {"metis": 110, "fennel": 100, "random": 80, "kahip": 130, "mtkahypar": 200,
-                             "kaminpar": 120, "auto": 130}
+IN_MEMORY_BYTES_PER_ENTRY = {"metis": 100, "fennel": 95, "random": 80, "kahip": 125, "mtkahypar": 200,
+                             "kaminpar": 125, "auto": 125}  # auto: METIS, and KaMinPar's copy when it has time
 OOC_TEMP_BYTES_PER_EDGE = 16.5  # measured: 1.03 GiB of temporary files for 67.1M input edges
 _SAMPLE = 1 << 20
 
