@@ -215,7 +215,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     ap.add_argument("--rmat-parts", default="16", help="K values for R-MAT (each METIS run there takes minutes)")
     ap.add_argument("--rmat-skip", default="metis+edges", help="contestants left out on R-MAT")
     ap.add_argument("--walshaw", action="store_true",
-                    help="issue 35's table instead (module docstring): meshes and USA-road-NE, K = 2..64, 3%% imbalance")
+                    help="issue 35's table instead (module docstring): meshes and USA-road-NE, K = 2..64, 3%% "
+                    "imbalance")
     ap.add_argument("--out", default="bench-results/partition.json")
     args = ap.parse_args(argv)
     if args.walshaw:

@@ -2,8 +2,8 @@
 
 Parses the arguments into a `PartitionConfig`, prints the estimate of peak memory and temporary disk
 (``partition/estimate.py``, from the input's header or a sample), then calls `read_input` and `partition_dataset`;
-prints the graph (undirected edges, with the directed entries stored for them), the per-part table (inner, halo, halo/inner,
-edges), the edge cut, the balance, wall time and peak memory.
+prints the graph (undirected edges, with the directed entries stored for them), the per-part table (inner, halo,
+halo/inner, edges), the edge cut, the balance, wall time and peak memory.
 """
 
 from __future__ import annotations

@@ -231,7 +231,8 @@ MESH_DEGREE_RATIO = 16  # ... and largest degree at most this x the mean
 
 
 def mesh_like(indptr: np.ndarray) -> bool:
-    """Degree statistics of a mesh (no longer what ``auto`` decides by; see AUTO_START_RULE): mean degree <= MESH_MEAN_DEGREE and the largest degree <=
+    """Degree statistics of a mesh (no longer what ``auto`` decides by; see AUTO_START_RULE): mean degree <=
+    MESH_MEAN_DEGREE and the largest degree <=
     MESH_DEGREE_RATIO x the mean (road networks: 2.5 and 9; an 80 x 80 grid: 3.95 and 4). On skewed graphs (Enron:
     10 and 1,383; Slashdot; R-MAT) the stream won every measurement and multilevel took 20-40x its time (R-MAT 2^20
     K = 16: 23 s against 0.7 s, cut 0.78 against 0.38); denser random graphs keep the two cheaper starts."""

@@ -26,7 +26,8 @@ ParHiP layout (all little-endian uint64 here: 64-bit ids and weights)::
     adjncy (m)                  m = directed entries, 2x the undirected edges
     vertex weights (n)          only when bit 1 is 0
 
-Presets (``external.PRESETS``): the contexts of the same names (``fast_context``, ``eco_context``, ``strong_context``); eps as METIS's
+Presets (``external.PRESETS``): the contexts of the same names (``fast_context``, ``eco_context``,
+``strong_context``); eps as METIS's
 (``external.library_eps``). The same seed gives the same parts on one thread (``kaminpar.reseed``); on several
 threads KaMinPar 3.7.3 is not deterministic (measured: 4 runs of a 3,000-node Delaunay mesh at 2 threads gave 4
 different partitions of equal quality), and the Python API exposes no deterministic mode. It runs on every CPU
