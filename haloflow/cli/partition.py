@@ -1,8 +1,9 @@
 """`haloflow partition INPUT --parts K --out DIR`: partition a graph data set into a partition folder.
 
-Parses the arguments into a `PartitionConfig` and calls `read_input` and `partition_dataset`; prints the
-graph (undirected edges, with the directed entries stored for them), the per-part table (inner, halo, halo/inner,
-edges), the edge cut, the balance, wall time and peak memory.
+Parses the arguments into a `PartitionConfig`, prints the estimate of peak memory and temporary disk
+(``partition/estimate.py``, from the input's header or a sample), then calls `read_input` and `partition_dataset`;
+prints the graph (undirected edges, with the directed entries stored for them), the per-part table (inner, halo,
+halo/inner, edges), the edge cut, the balance, wall time and peak memory.
 """
 
 from __future__ import annotations
@@ -14,10 +15,14 @@ from contextlib import contextmanager
 
 from haloflow.cli import name_flags
 from haloflow.data.paths import check_output_parent
-from haloflow.data.readers import FORMATS
+from haloflow.data.readers import FORMATS, detect_format
+from haloflow.data.textscan import is_pipe
 from haloflow.errors import ConfigError
 from haloflow.partition.api import FENNEL_ORDER_CHOICES, METHODS, PartitionConfig
+from haloflow.partition.auto import DEFAULT_TIME_BUDGET
+from haloflow.partition.external import DEFAULT_PRESET, EXTERNAL_METHODS, PRESETS, require
 from haloflow.partition.fennel import FENNEL_PASSES, FENNEL_STARTS
+from haloflow.partition.estimate import estimate_in_memory, estimate_out_of_core
 from haloflow.partition.format import check_output_dir
 from haloflow.cli.reader_args import READER_FLAGS, add_reader_arguments, reader_options
 from haloflow.partition.pipeline import partition_dataset, read_input
@@ -32,14 +37,16 @@ HELP = "partition a graph into K parts with halos, written as a partition folder
 # PartitionConfig field -> the flag a CLI user typed, so that error messages name the flag.
 _FLAGS = {f"PartitionConfig.{field}": flag for field, flag in {
     "num_parts": "--parts", "method": "--method", "balance": "--balance", "imbalance": "--imbalance",
-    "seed": "--seed", "fennel_start": "--fennel-start", "fennel_order": "--fennel-order", "passes": "--passes"}.items()}
+    "seed": "--seed", "fennel_start": "--fennel-start", "fennel_order": "--fennel-order", "passes": "--passes",
+    "preset": "--preset", "time_budget": "--time-budget"}.items()}
 _FLAGS.update(READER_FLAGS)
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         COMMAND, help=HELP,
-        description="Partition a graph data set into K parts (METIS, Fennel or random), build each part's halo and "
+        description="Partition a graph data set into K parts (METIS, Fennel, random, KaHIP, Mt-KaHyPar, KaMinPar or "
+        "auto), build each part's halo and "
         "send lists, and write DIR/meta.json plus DIR/part-<k>/*.npy. Prints per-part statistics.",
     )
     p.add_argument("input", metavar="INPUT", help="graph file (SNAP edge list, PACE .gr, METIS .graph, .npy edges, "
@@ -47,16 +54,30 @@ def register(subparsers) -> None:
     p.add_argument("--format", choices=FORMATS, default="auto", help="input format (default: detect)")
     add_reader_arguments(p)
     p.add_argument("--parts", type=int, required=True, metavar="K", help="number of parts, 1 <= K <= nodes")
-    p.add_argument("--method", choices=METHODS, default="metis", help="partitioner (default: metis)")
+    p.add_argument(
+        "--method", choices=METHODS, default="metis",
+        help="partitioner (default: metis). kahip, mtkahypar and kaminpar are optional packages (pip install NAME, "
+        "or haloflow[partitioners]) run at --preset with METIS's 3%% imbalance (or a tighter --imbalance); auto runs "
+        "METIS, then each library installed, best first (kahip strong, mtkahypar strong, kaminpar strong, eco, "
+        "fast), whose predicted time (edges x its rate measured on 2 cores) still fits in --time-budget x METIS's "
+        "time, and keeps the smallest cut, so it never cuts more than METIS",
+    )
+    p.add_argument("--preset", choices=PRESETS, default=DEFAULT_PRESET,
+                   help="kahip, mtkahypar, kaminpar: the library's configuration, fast, eco or strong (default: "
+                   f"{DEFAULT_PRESET}; KaHIP FAST/ECO/STRONG, Mt-KaHyPar DETERMINISTIC/DEFAULT/DETERMINISTIC_QUALITY, "
+                   "KaMinPar fast/eco/strong)")
+    p.add_argument("--time-budget", type=float, default=DEFAULT_TIME_BUDGET, metavar="X",
+                   help=f"auto only: the libraries may take X times METIS's measured time in all, METIS's own run "
+                   f"included (default {DEFAULT_TIME_BUDGET:g})")
     p.add_argument(
         "--balance", default="nodes", metavar="W[,W...]",
         help="weights to balance, comma-separated, any of nodes, edges, train (default: nodes)",
     )
     p.add_argument(
         "--fennel-start", choices=FENNEL_STARTS, default="auto",
-        help="fennel only: auto (default) runs the streaming and bisection starts (and the multilevel one on a "
-        "mesh-like graph: mean degree <= 6, largest <= 16x the mean) and keeps the smallest cut (with "
-        "--memory-budget: the stream); stream is plain Fennel (the fastest); multilevel (coarsen, start, refine "
+        help="fennel only: auto (default) runs the streaming and bisection starts, then the multilevel one only "
+        "when the bisection cut fewer edges than the stream, and keeps the smallest cut (with --memory-budget: the "
+        "stream); stream is plain Fennel (the fastest); multilevel (coarsen, start, refine "
         "level by level; also with --memory-budget) suits road networks and meshes; bisect is a recursive BFS "
         "bisection",
     )
@@ -101,6 +122,7 @@ def run(args: argparse.Namespace) -> int:
         config = _config(args)
         check_output_parent(args.out)  # fail before reading a large input
         check_output_dir(args.out, args.overwrite)
+        print(estimate_in_memory(args.input, _format(args), config.method).line(), flush=True)
         t = time.perf_counter()
         dataset = read_input(args.input, format=args.format, symmetrize=args.symmetrize, **reader_options(args))
         read_s = time.perf_counter() - t
@@ -113,11 +135,17 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _format(args: argparse.Namespace) -> str:
+    return detect_format(args.input) if args.format == "auto" and not is_pipe(args.input) else args.format
+
+
 def _config(args: argparse.Namespace) -> PartitionConfig:
+    if args.method in EXTERNAL_METHODS:
+        require(args.method)  # a missing optional package is said before a large input is read
     return PartitionConfig(
         num_parts=args.parts, method=args.method, balance=tuple(w.strip() for w in args.balance.split(",")),
         imbalance=args.imbalance, seed=args.seed, fennel_start=args.fennel_start, fennel_order=args.fennel_order,
-        passes=args.passes,
+        passes=args.passes, preset=args.preset, time_budget=args.time_budget,
     )
 
 
@@ -157,6 +185,7 @@ def _run_out_of_core(args: argparse.Namespace) -> int:
         check_output_parent(args.out)
         check_output_parent(args.tmp_dir, "--tmp-dir")
         check_output_dir(args.out, args.overwrite)
+        print(estimate_out_of_core(args.input, _format(args), budget).line(), flush=True)
         source, nodes = open_streamed(args.input, args.format, **reader_options(args))
         with _terminate_as_interrupt():
             summary = partition_out_of_core(source, config, ooc, args.out, nodes=nodes, symmetrize=args.symmetrize,

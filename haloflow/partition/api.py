@@ -9,8 +9,11 @@
                                      (auto: or the vertex count's
                                      parts rebalanced, the smaller cut)
                                    random: seeded permutation
-                                   kahip / mtkahypar: as metis, through
-                                     the optional packages (external.py)
+                                   kahip / mtkahypar / kaminpar: as
+                                     metis, through the optional packages
+                                     (external.py, kaminpar.py), --preset
+                                   auto: metis, then the libraries present
+                                     within a time budget (auto.py)
 
 The cut is counted on edges (an edge is cut when its two ends are in different parts); an edge belongs to its
 destination's part, so the "edges" weight of a part is the in-degree sum of its nodes. ``relabel`` then turns
@@ -30,7 +33,10 @@ from haloflow.errors import ConfigError
 from haloflow.partition.balance import (BALANCE_WEIGHTS, balance_caps, balance_goals, balance_weights, part_loads,
                                          rebalance)
 from haloflow.partition.fennel import FENNEL_PASSES, FENNEL_STARTS, cut_entries, fennel_partition
-from haloflow.partition.external import EXTERNAL_METHODS, kahip_partition, mtkahypar_partition
+from haloflow.partition.auto import DEFAULT_TIME_BUDGET, auto_partition
+from haloflow.partition.external import (DEFAULT_PRESET, EXTERNAL_METHODS, PRESETS, kahip_partition,
+                                         mtkahypar_partition)
+from haloflow.partition.kaminpar import kaminpar_partition
 from haloflow.partition.metis import metis_partition, symmetric_adjacency
 from haloflow.partition.random import random_partition
 from haloflow.partition.types import Assignment
@@ -39,7 +45,8 @@ __all__ = ["METHODS", "FENNEL_ORDER_CHOICES", "PartitionConfig", "partition_grap
 
 log = logging.getLogger(__name__)
 
-METHODS = ("metis", "fennel", "random", "kahip", "mtkahypar")
+METHODS = ("metis", "fennel", "random", "kahip", "mtkahypar", "kaminpar", "auto")
+_EXTERNAL = {"kahip": kahip_partition, "mtkahypar": mtkahypar_partition, "kaminpar": kaminpar_partition}
 FENNEL_ORDER_CHOICES = ("auto", "bfs", "natural")
 
 
@@ -49,15 +56,18 @@ class PartitionConfig:
 
     Args:
         num_parts: K, the number of parts (1 <= K <= number of nodes).
-        method: ``"metis"`` (best cut), ``"fennel"`` (streaming, O(nodes) memory, fast), ``"random"``, or the
-            optional ``"kahip"`` / ``"mtkahypar"`` (``partition/external.py``; their packages installed).
+        method: ``"metis"``, ``"fennel"`` (streaming, O(nodes) memory, fast), ``"random"``, the optional
+            ``"kahip"`` / ``"mtkahypar"`` / ``"kaminpar"`` (``external.py``, ``kaminpar.py``; their packages
+            installed; METIS's 3 % imbalance), or ``"auto"`` (``auto.py``: METIS, then the libraries present
+            within ``time_budget``, the smallest cut kept).
         balance: weights to balance, any of ``"nodes"``, ``"edges"`` (in-edges), ``"train"`` (training nodes).
         imbalance: every balanced weight ends with largest part <= imbalance x mean part (see balance.py for the
             floor used when rounding or one heavy node makes that impossible).
-        seed: makes every method deterministic (the same seed gives the same parts); 0 is METIS's own default.
+        seed: makes every method deterministic (the same seed gives the same parts; kaminpar, and auto when it
+            keeps kaminpar, only on one thread: ``kaminpar.py``); 0 is METIS's own default.
         chunk_size: fennel only, vertices per streamed chunk (bounds the rows read at once).
-        fennel_start: fennel only, ``"auto"`` (default: the stream and bisect starts, and multilevel on mesh-like
-            graphs (mean degree <= 6, largest <= 16x the mean), the smallest cut wins; out of core the stream),
+        fennel_start: fennel only, ``"auto"`` (default: the stream and bisect starts, then multilevel when the
+            bisection cut less than the stream, the smallest cut wins; out of core the stream),
             ``"stream"`` (plain Fennel, the fastest),
             ``"multilevel"`` (coarsened by label propagation and refined level by level: road networks and meshes,
             where it cuts 0.8-1.2x METIS's edges) or ``"bisect"`` (recursive BFS bisection, then restreaming); see
@@ -66,6 +76,10 @@ class PartitionConfig:
             out of core, which reads the CSR sequentially), ``"bfs"`` or ``"natural"`` (ids 0..N-1).
         passes: fennel only, streaming passes: 1 = plain Fennel, more = restreaming passes that re-place each
             vertex knowing the previous pass's assignment.
+        preset: kahip, mtkahypar and kaminpar: ``"fast"``, ``"eco"`` or ``"strong"`` (default; the libraries'
+            own configurations, mapped in ``external.py``).
+        time_budget: auto only, the time the libraries may take, in multiples of METIS's measured time (default
+            3.0; METIS's own run included).
     """
 
     num_parts: int
@@ -77,6 +91,8 @@ class PartitionConfig:
     fennel_start: str = "auto"
     fennel_order: str = "auto"
     passes: int = FENNEL_PASSES  # one streaming pass + 3 restreaming passes (measured in fennel.py's docstring)
+    preset: str = DEFAULT_PRESET  # a library is chosen for its quality: strong (external.py's measurements)
+    time_budget: float = DEFAULT_TIME_BUDGET
 
     def __post_init__(self) -> None:
         if isinstance(self.balance, str):  # balance="edges" would otherwise be read letter by letter
@@ -108,6 +124,12 @@ class PartitionConfig:
         passes = self.passes
         if isinstance(passes, bool) or not isinstance(passes, (int, np.integer)) or not 1 <= passes <= 1000:
             raise ConfigError(f"PartitionConfig.passes must be an integer in 1..1000, got {self.passes!r}")
+        if self.preset not in PRESETS:
+            raise ConfigError(f"PartitionConfig.preset must be one of {', '.join(PRESETS)}; got {self.preset!r}")
+        if isinstance(self.time_budget, bool) or not (isinstance(self.time_budget, (int, float))
+                                                      and math.isfinite(self.time_budget) and self.time_budget >= 1):
+            raise ConfigError(f"PartitionConfig.time_budget must be a finite number >= 1 (x METIS's time), got "
+                              f"{self.time_budget!r}")
         if self.fennel_start not in FENNEL_STARTS:
             raise ConfigError(
                 f"PartitionConfig.fennel_start must be one of {', '.join(FENNEL_STARTS)}; got {self.fennel_start!r}"
@@ -148,9 +170,13 @@ def partition_graph(
     elif config.method in EXTERNAL_METHODS:
         indptr, indices = symmetric_adjacency(graph.indptr, graph.indices, graph.num_nodes,
                                               known_symmetric=graph.simple_symmetric)
-        external = kahip_partition if config.method == "kahip" else mtkahypar_partition
-        parts = external(indptr, indices, k, vweights=_metis_weight(weights, config.balance),
-                         imbalance=config.imbalance, seed=config.seed)
+        parts = _EXTERNAL[config.method](indptr, indices, k, vweights=_metis_weight(weights, config.balance),
+                                         imbalance=config.imbalance, seed=config.seed, preset=config.preset)
+    elif config.method == "auto":
+        indptr, indices = symmetric_adjacency(graph.indptr, graph.indices, graph.num_nodes,
+                                              known_symmetric=graph.simple_symmetric)
+        parts, _ = auto_partition(indptr, indices, k, vweights=_metis_weight(weights, config.balance),
+                                  imbalance=config.imbalance, seed=config.seed, time_budget=config.time_budget)
     elif config.method == "fennel":
         parts = _fennel(graph, config, weights, progress)
     else:

@@ -253,6 +253,7 @@ def save_partitioned(
                 arr = getattr(part, name)
                 if arr is not None:
                     files[f"{sub}/{name}.npy"] = _write_array(tmp, f"{sub}/{name}.npy", arr)
+            del part, arr  # before the next part is built: a generator's parts are never two in memory at once
             count += 1
         if count != meta.num_parts:
             raise ConfigError(f"got {count} parts, expected meta.num_parts = {meta.num_parts}")

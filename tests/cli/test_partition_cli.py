@@ -1,6 +1,8 @@
 import gzip
+import sys
 
 import numpy as np
+import pytest
 
 from haloflow.cli import main
 from haloflow.partition.format import load_meta, load_new_to_orig, load_partition
@@ -26,9 +28,11 @@ def test_partition_writes_folder_and_prints_table(tmp_path, capsys):
     lines = stdout.splitlines()
     graph = read_input(path).graph  # symmetrised by default
     undirected = (graph.num_edges + graph.num_self_loops()) // 2
-    assert lines[0].startswith(f"g: 60 nodes, {undirected} undirected edges ({graph.num_edges} directed entries)")
-    assert lines[1].split() == ["part", "inner", "halo", "halo/inner", "edges"]
-    assert [line.split()[0] for line in lines[3:7]] == ["0", "1", "2", "total"]
+    # the estimate comes first, before the graph is read (issue 35): 240 lines of 60 nodes, read exactly
+    assert lines[0].startswith("estimate before reading: peak memory about ") and "(241 edges, " in lines[0]
+    assert lines[1].startswith(f"g: 60 nodes, {undirected} undirected edges ({graph.num_edges} directed entries)")
+    assert lines[2].split() == ["part", "inner", "halo", "halo/inner", "edges"]
+    assert [line.split()[0] for line in lines[4:8]] == ["0", "1", "2", "total"]
     assert "edge cut:" in stdout and "balance (largest / mean part): nodes" in stdout
     assert "wall time:" in stdout and "peak memory:" in stdout
     meta = load_meta(out)
@@ -117,7 +121,8 @@ def test_snap_header_weights_one_based_and_num_nodes(tmp_path, capsys):
     out = tmp_path / "parts"
     argv = ["partition", path, "--parts", 2, "--method", "random", "--one-based", "--out", out]
     assert main([str(a) for a in argv]) == 0
-    assert capsys.readouterr().out.startswith("konect: 4 nodes, 4 undirected edges (8 directed entries)")
+    assert capsys.readouterr().out.split("\n", 1)[1].startswith("konect: 4 nodes, 4 undirected edges (8 directed "
+                                                                 "entries)")
     assert load_meta(out).num_nodes == 4
     assert main([str(a) for a in argv + ["--num-nodes", 6, "--overwrite"]]) == 0
     assert load_meta(out).num_nodes == 6
@@ -148,7 +153,9 @@ def test_an_edge_list_piped_into_dev_stdin_is_read(tmp_path):
                            "--method", "random", "--out", str(out)], input=b"0 1\n1 2\n", capture_output=True,
                           timeout=120)
     assert proc.returncode == 0, proc.stderr.decode()[-2000:]
-    assert proc.stdout.decode().startswith("stdin: 3 nodes, 2 undirected edges")
+    estimate, rest = proc.stdout.decode().split("\n", 1)
+    assert estimate.startswith("estimate before reading: unknown")  # a pipe is read once: no sample of it first
+    assert rest.startswith("stdin: 3 nodes, 2 undirected edges")
     assert load_meta(out).num_nodes == 3
 
 
@@ -189,3 +196,23 @@ def test_partition_never_imports_torch(tmp_path):
     code = "import sys; import haloflow.engine.runtime; print('torch' in sys.modules)"
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert run.stdout.split()[-1] == "True"
+
+
+@pytest.mark.parametrize("package", ["kahip", "mtkahypar", "kaminpar"])
+def test_a_missing_optional_library_is_one_line_naming_it_and_exit_2(cli_fails, tmp_path, monkeypatch, package):
+    """Issue 35, acceptance 4: the user learns what to install, and nothing is written."""
+    monkeypatch.setitem(sys.modules, package, None)  # `import package` now raises ImportError, as if not installed
+    out = tmp_path / "parts"
+    cli_fails(["partition", _snap(tmp_path), "--parts", "2", "--method", package, "--out", out],
+              f"method '{package}' needs the {package} package, which is not installed: pip install "
+              f"{package}")
+    assert not out.exists()
+
+
+def test_auto_without_the_libraries_is_metis(tmp_path, monkeypatch, capsys):
+    for package in ("kahip", "mtkahypar", "kaminpar"):
+        monkeypatch.setitem(sys.modules, package, None)
+    path = _snap(tmp_path)
+    for method in ("auto", "metis"):
+        assert main(["partition", str(path), "--parts", "3", "--method", method, "--out", str(tmp_path / method)]) == 0
+    assert np.array_equal(load_new_to_orig(tmp_path / "auto"), load_new_to_orig(tmp_path / "metis"))

@@ -28,7 +28,7 @@ def test_out_of_core_folder_equals_the_in_memory_one(tmp_path, capsys):
     assert main([str(a) for a in common + ["--memory-budget", "4GiB", "--tmp-dir", tmp_path / "tmp",
                                            "--out", tmp_path / "ooc"]]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("sbm: 2,000 nodes, ") and "out of core" in out and "memory budget: 4.0 GiB" in out
+    assert out.split("\n", 1)[1].startswith("sbm: 2,000 nodes, ") and "out of core" in out and "memory budget: 4.0 GiB" in out
     assert "temporary files:" in out and list((tmp_path / "tmp").iterdir()) == []
     assert main([str(a) for a in common + ["--fennel-start", "stream", "--fennel-order", "natural",
                                            "--out", tmp_path / "mem"]]) == 0

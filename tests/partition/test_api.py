@@ -58,7 +58,7 @@ def test_train_mask_as_0_1_integers_is_accepted():
     "kwargs, match",
     [
         ({"num_parts": 0}, r"num_parts must be an integer >= 1, got 0"),
-        ({"num_parts": 2, "method": "kl"}, r"method must be one of metis, fennel, random, kahip, mtkahypar; got 'kl'"),
+        ({"num_parts": 2, "method": "kl"}, r"method must be one of metis, fennel, random, kahip, mtkahypar, kaminpar, auto; got 'kl'"),
         ({"num_parts": 2, "balance": ("nodes", "vertices")}, r"unknown weight 'vertices', expected any of nodes"),
         ({"num_parts": 2, "balance": ()}, r"balance must name at least one"),
         ({"num_parts": 2, "balance": ("edges", "edges")}, r"names a weight twice"),
@@ -66,6 +66,8 @@ def test_train_mask_as_0_1_integers_is_accepted():
         ({"num_parts": 2, "seed": -1}, r"seed must be an integer >= 0, got -1"),
         ({"num_parts": 2, "chunk_size": 0}, r"chunk_size must be an integer >= 1, got 0"),
         ({"num_parts": 2, "fennel_start": "grow"}, r"fennel_start must be one of auto, stream, bisect, multilevel; got .grow."),
+        ({"num_parts": 2, "preset": "turbo"}, r"preset must be one of fast, eco, strong; got 'turbo'"),
+        ({"num_parts": 2, "time_budget": 0.5}, r"time_budget must be a finite number >= 1 \(x METIS's time\), got 0.5"),
     ],
 )
 def test_config_errors(kwargs, match):

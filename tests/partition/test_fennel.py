@@ -221,17 +221,19 @@ def test_weights_must_match_the_nodes_and_caps():
         FennelStream(3, 3, 2, weights=np.ones((3, 2), np.int64))
 
 
-def test_auto_runs_the_multilevel_start_on_mesh_like_graphs_only():
-    from haloflow.partition.fennel import mesh_like
-
+def test_auto_runs_the_multilevel_start_where_the_bisection_beat_the_stream():
     mesh = grid(40, 40)
-    assert mesh_like(mesh.indptr)
+    three = [fennel_partition(mesh.indptr, mesh.indices, 4, start=s) for s in ("stream", "bisect", "multilevel")]
+    assert cut(mesh, three[1]) < cut(mesh, three[0])  # a grid has geometry: the bisection wins over the stream
+    assert np.array_equal(fennel_partition(mesh.indptr, mesh.indices, 4), min(three, key=lambda p: cut(mesh, p)))
     rng = np.random.default_rng(3)  # a hub joined to a fifth of the vertices: a skewed graph
     n = 2000
     src = np.concatenate([rng.integers(0, n, 6000), np.zeros(400, np.int64)])
     dst = np.concatenate([rng.integers(0, n, 6000), rng.choice(np.arange(1, n), 400, replace=False)])
     skewed = CSRGraph.from_edges(src, dst, n, symmetrize=True, drop_self_loops=True)
-    assert not mesh_like(skewed.indptr)
     auto = fennel_partition(skewed.indptr, skewed.indices, 4)
     two = [fennel_partition(skewed.indptr, skewed.indices, 4, start=s) for s in ("stream", "bisect")]
+    assert cut(skewed, two[0]) <= cut(skewed, two[1])  # no geometry: the stream wins, multilevel is not run
+    multilevel = fennel_partition(skewed.indptr, skewed.indices, 4, start="multilevel")
+    assert cut(skewed, multilevel) < cut(skewed, two[0])  # so that running it would have changed the answer
     assert np.array_equal(auto, min(two, key=lambda p: cut(skewed, p)))

@@ -22,6 +22,7 @@ import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+from haloflow._malloc import trim
 from haloflow.data.edge_source import EdgeSource
 from haloflow.data.graph_folder import NodeArrays
 from haloflow.errors import ConfigError
@@ -29,7 +30,7 @@ from haloflow.partition.api import PartitionConfig
 from haloflow.partition.format import NODE_DATA, PartitionMeta, check_output_dir, save_partitioned
 from haloflow.partition.ooc.budget import OutOfCoreConfig
 from haloflow.partition.ooc.kernels import warm_kernels
-from haloflow.partition.ooc.build import build_parts_streamed, sweep_halos
+from haloflow.partition.ooc.build import build_parts_streamed, check_part_memory, sweep_halos
 from haloflow.partition.ooc.disk_csr import build_disk_csr, count_rows
 from haloflow.partition.ooc.route import (degrees_by_new_id, relabel_streamed, route_node_data, route_rows,
                                          write_new_to_orig)
@@ -72,9 +73,10 @@ class _Stages:
         self._t = time.perf_counter()
 
     def done(self, name: str) -> None:
+        trim()  # what the stage freed leaves the resident set (haloflow keeps freed blocks for reuse: _malloc.py)
         now = time.perf_counter()
         self.times[name] = self.times.get(name, 0.0) + now - self._t
-        log.info("%s: %.2f s", name, now - self._t)
+        log.info("%s: %.2f s (peak resident memory so far %s)", name, now - self._t, format_bytes(peak_rss_bytes()))
         self._t = now
 
 
@@ -148,6 +150,7 @@ def partition_out_of_core(
         csr.indices_path.unlink()
         stages.done("relabel + route")
         sweep = sweep_halos(buckets, plan, progress=progress)
+        check_part_memory(buckets, sweep, in_new, out_new, plan)
         stats = sweep.stats(buckets, csr.num_edges)
         scratch.note()
         stages.done("halo")
