@@ -35,7 +35,7 @@ from haloflow.engine.checkpoint import LoadedCheckpoint, open_checkpoint
 from haloflow.engine.families import FAMILIES
 from haloflow.errors import CheckpointError, ConfigError
 from haloflow.utils.atomic import atomic_directory, atomic_output
-from haloflow.utils.config_flags import option
+from haloflow.utils.config_flags import hidden, option
 from haloflow.utils.memory import available_bytes, format_bytes
 
 __all__ = ["ExportConfig", "ModelFile", "RowBlocks", "export_model", "load_model", "FORMAT", "LAYOUTS"]
@@ -99,13 +99,15 @@ class ExportConfig:
         overwrite: replace an existing model of the same layout.
     """
 
-    checkpoint: Path = option(metavar="CHECKPOINT", help="a checkpoint folder, or a checkpoint dir (its newest)")
+    checkpoint: Path | None = hidden(None, why="the command's positional CHECKPOINT")
     out: Path = option(metavar="MODEL", help="the model file (or folder) to write")
     layout: str = option("auto", choices=LAYOUTS, means="a folder when the tables outgrow half the free memory",
                          help="one torch file, or a folder of memory-mappable .npy arrays")
     overwrite: bool = option(False, help="replace an existing model at --out")
 
     def __post_init__(self) -> None:
+        if self.checkpoint is None:
+            raise ConfigError("give the checkpoint to export", field="checkpoint")
         object.__setattr__(self, "checkpoint", Path(self.checkpoint))
         object.__setattr__(self, "out", Path(self.out))
         if self.layout not in LAYOUTS:

@@ -87,6 +87,6 @@ class PredictResult:
 
     def summary(self) -> str:
         lines = [f"{self.family.upper()} model at {self.step}: {self.rows:,} rows scored"]
-        lines += [f"  {k:<24} {v:.6f}" for k, v in self.metrics.items()]
+        lines += [f"  {k:<24} {v!r}" for k, v in self.metrics.items()]  # repr: every digit, to compare
         lines += [f"  wrote {p}" for p in (self.out, self.embeddings) if p is not None]
         return "\n".join(lines)

@@ -68,7 +68,7 @@ class DLRMPredictConfig:
     batch_size: int | None = option(None, means="the training's", help="rows scored at once")
     max_batches: int | None = option(None, means="the whole split", help="score only the first N batches")
     out: Path = option(metavar="FILE", help="where to write one row per scored row (.parquet or .csv)")
-    embeddings: Path | None = option(None, metavar="FILE", means="none written",
+    embeddings: Path | None = option(None, metavar="FILE",
                                      help="also write the rows of table --table (.parquet or .csv)")
     table: int = option(0, help="the table --embeddings writes")
     device: str = option("auto", choices=DEVICES, means="CUDA when present", help="where each rank computes")

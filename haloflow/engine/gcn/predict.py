@@ -46,7 +46,7 @@ class GCNPredictConfig:
         model: an export (``haloflow export``) or a checkpoint of a GCN run.
         dataset / partitions: the graph, as for training: a data set (one process) or a partition folder (one
             rank per part). Its feature width must be the model's.
-        split: write the nodes of this split only ("all": every node).
+        nodes: write the nodes of this split only ("all": every node).
         out: the table to write (.parquet or .csv).
         embeddings: also write every node's last hidden layer here (.parquet or .csv).
     """
@@ -61,9 +61,9 @@ class GCNPredictConfig:
         (), why="the reader flags (--num-nodes, --one-based, --name, --split), shared with `haloflow partition`")
     symmetrize: bool = option(True, "--directed", negate=True, help="with --dataset: do not symmetrise the graph "
                               "(give it when the model was trained so)")
-    split: str = option("all", "--nodes", choices=SPLITS, help="write only the nodes of this split")
+    nodes: str = option("all", choices=SPLITS, help="write only the nodes of this split")
     out: Path = option(metavar="FILE", help="where to write one row per node (.parquet or .csv)")
-    embeddings: Path | None = option(None, metavar="FILE", means="none written",
+    embeddings: Path | None = option(None, metavar="FILE",
                                      help="also write each node's last hidden layer (.parquet or .csv)")
     device: str = option("auto", choices=DEVICES, means="CUDA when present", help="where each rank computes")
     timeout_s: float = option(120.0, "--timeout", metavar="S", help="seconds a rank waits for a silent peer")
@@ -79,8 +79,8 @@ class GCNPredictConfig:
             value = getattr(self, name)
             if value is not None and not Path(value).exists():
                 raise FileNotFoundError(f"{name} {value} does not exist")
-        if self.split not in SPLITS:
-            raise ConfigError(f"split must be one of {SPLITS}, got {self.split!r}", field="split")
+        if self.nodes not in SPLITS:
+            raise ConfigError(f"nodes must be one of {SPLITS}, got {self.nodes!r}", field="nodes")
         object.__setattr__(self, "out", check_table_path(self.out, "--out"))
         object.__setattr__(self, "embeddings", check_table_path(self.embeddings, "--embeddings"))
         predict_runtime(self.device, self.timeout_s)
@@ -128,7 +128,7 @@ def predict_gcn(config: GCNPredictConfig) -> PredictResult:
         if hidden_rows is not None:
             hidden_rows = _gather_matrix(hidden_rows, lay.group)
         order = table.pop("_order")
-        keep = _split_rows(table["split"], config.split)
+        keep = _split_rows(table["split"], config.nodes)
         if lay.is_main:
             write_table(config.out, {k: v[keep] for k, v in table.items()})
             if hidden_rows is not None:

@@ -68,7 +68,7 @@ class TGNPredictConfig:
                                      "part")
     split: str = option("all", "--events-of", choices=SPLITS, help="write the events of this part of the stream")
     out: Path = option(metavar="FILE", help="where to write one row per event (.parquet or .csv)")
-    embeddings: Path | None = option(None, metavar="FILE", means="none written",
+    embeddings: Path | None = option(None, metavar="FILE",
                                      help="also write every node's memory (.parquet or .csv)")
     device: str = option("auto", choices=DEVICES, means="CUDA when present", help="where each rank computes")
     timeout_s: float = option(120.0, "--timeout", metavar="S", help="seconds a rank waits for a silent peer")
