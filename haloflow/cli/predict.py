@@ -26,7 +26,6 @@ __all__ = ["register", "COMMAND", "HELP"]
 COMMAND = "predict"
 HELP = "score new data with a trained model (an export or a checkpoint), at one process or K"
 
-_CONFIGS = {"gcn": "GCNPredictConfig", "dlrm": "DLRMPredictConfig", "tgn": "TGNPredictConfig"}
 _HELPS = {"gcn": "every node's class and class probabilities", "dlrm": "a click probability per row",
           "tgn": "a link score per event, the memory following the stream"}
 
@@ -35,15 +34,16 @@ _HELPS = {"gcn": "every node's class and class probabilities", "dlrm": "a click 
 def _config_args(family: str) -> ConfigArgs:
     import importlib
 
-    module = importlib.import_module(f"haloflow.engine.{family}.predict")
-    return ConfigArgs(getattr(module, _CONFIGS[family]))
+    entry = FAMILIES[family]
+    return ConfigArgs(getattr(importlib.import_module(entry.predict_module), entry.predict_config))
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(COMMAND, help=HELP, description=__doc__, formatter_class=HelpFormatter)
     models = parser.add_subparsers(dest="model_family", metavar="MODEL")
     for name in FAMILIES:
-        p = models.add_parser(name, help=_HELPS[name], description=__doc__, formatter_class=HelpFormatter)
+        p = models.add_parser(name, help=_HELPS.get(name, f"score with a trained {FAMILIES[name].title} model"),
+                              description=__doc__, formatter_class=HelpFormatter)
         into = {}
         if name == "gcn":
             inputs = p.add_mutually_exclusive_group(required=True)
@@ -81,8 +81,8 @@ def run(family: str, args: argparse.Namespace) -> int:
     status = relaunch_if_asked(args)
     if status is not None:
         return status
-    module = importlib.import_module(f"haloflow.engine.{family}.predict")
-    result = getattr(module, f"predict_{family}")(config)
+    entry = FAMILIES[family]
+    result = getattr(importlib.import_module(entry.predict_module), entry.predict_entry_point)(config)
     if result.rank == 0:
         print(result.summary())
     return 0

@@ -122,7 +122,7 @@ def _family_module(kind: str):
     if kind not in FAMILIES:
         raise CheckpointError(f"checkpoint of kind {kind!r}: no such model family (expected one of "
                               f"{', '.join(FAMILIES)})")
-    return importlib.import_module(f"haloflow.engine.{kind}.predict")
+    return importlib.import_module(FAMILIES[kind].predict_module)
 
 
 def _sources(loaded: LoadedCheckpoint) -> tuple[str, dict, dict[str, torch.Tensor | RowBlocks]]:
