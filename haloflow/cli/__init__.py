@@ -32,7 +32,7 @@ __all__ = ["main", "build_parser", "register_modules", "run_command", "name_flag
 _USER_ERRORS = (HaloflowError, FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError)
 
 # Subcommand modules, in the order `--help` lists them.
-_COMMANDS = ["partition", "inspect", "plan_tables", "preprocess", "train", "export", "predict", "bench", "demo"]
+_COMMANDS = ["partition", "inspect", "plan_tables", "preprocess", "train", "export", "predict", "plot", "bench", "demo"]
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
