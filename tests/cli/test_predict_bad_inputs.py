@@ -116,3 +116,32 @@ def test_export_will_not_overwrite_without_being_asked(cli_fails, models, tmp_pa
 
     assert main(["export", str(models["gcn"]), "--out", str(tmp_path / "m.pt")]) == 0
     cli_fails(["export", models["gcn"], "--out", tmp_path / "m.pt"], "already exists; pass --overwrite")
+
+
+def test_embeddings_of_each_family(models, tmp_path):
+    """--embeddings: the GCN's hidden layer per node, a DLRM table's rows (those the checkpoint holds, exactly),
+    the TGN memory per node."""
+    import pyarrow.csv as pcsv
+    import torch
+
+    from haloflow.cli import main
+    from haloflow.engine.checkpoint import open_checkpoint
+
+    assert main(["predict", "gcn", "--model", str(models["gcn"]), "--partitions", str(models["parts"]), "--out",
+                 str(tmp_path / "g.csv"), "--embeddings", str(tmp_path / "ge.csv")]) == 0
+    g = pcsv.read_csv(tmp_path / "ge.csv")
+    assert g.num_rows == 80 and g.column_names == ["node_id"] + [f"h_{j}" for j in range(4)]
+    assert min(min(g[f"h_{j}"].to_pylist()) for j in range(4)) >= 0  # after the relu the last layer reads
+    assert main(["predict", "dlrm", "--model", str(models["dlrm"]), *SYNTH_FLAGS, "--out", str(tmp_path / "d.csv"),
+                 "--embeddings", str(tmp_path / "de.csv"), "--table", "3"]) == 0
+    d = pcsv.read_csv(tmp_path / "de.csv")
+    ck = open_checkpoint(models["dlrm"])
+    n = ck.manifest["identity"]["table_sizes"][3]
+    want = ck.rows(3, (0, n), (0, 4), "weight")
+    got = torch.tensor([d[f"e_{j}"].to_pylist() for j in range(4)], dtype=torch.float32).T
+    assert d.num_rows == n and torch.equal(got, want)
+    assert main(["predict", "tgn", "--model", str(models["tgn"]), "--events", str(models["events"]), "--out",
+                 str(tmp_path / "t.csv"), "--embeddings", str(tmp_path / "te.csv")]) == 0
+    t = pcsv.read_csv(tmp_path / "te.csv")
+    assert t.column_names == ["node_id"] + [f"m_{j}" for j in range(8)]
+    assert t.num_rows == open_checkpoint(models["tgn"]).manifest["identity"]["nodes"]
