@@ -26,6 +26,9 @@ LONG_FIRST = (
     "tests/cli/test_recovery.py::test_gcn_resumes_at_another_size_and_recovers_from_a_killed_rank",  # 61 s
     "tests/bench/test_contention.py::test_a_tiny_run_prints_the_table_and_writes_every_row",  # 43 s
     "tests/cli/test_runtime_args.py::test_two_nodes_train_as_one_and_recover_from_a_killed_rank_without_a_traceback",
+    "tests/cli/test_predict.py::test_gcn_predicts_what_its_trainer_evaluated",  # each ~45 s: train at K = 2,
+    "tests/cli/test_predict.py::test_tgn_predicts_what_its_trainer_evaluated",  # export, predict at 1 and 2
+    "tests/cli/test_predict.py::test_dlrm_predicts_what_its_trainer_evaluated",
 )
 
 

@@ -54,6 +54,7 @@ from haloflow.utils.atomic import atomic_write_text
 from haloflow.utils.memory import current_rss_bytes, format_bytes, peak_rss_bytes, reset_peak_rss
 from haloflow.utils.progress import progress_bar
 from haloflow.utils.table import format_table
+from haloflow.utils.help_format import HelpFormatter
 
 FRACTIONS = (0.005, 0.01, 0.02, 0.05, 0.1)
 POLICY_NAMES = ("lru", "lfu", "frequency", "frequency-admit", "lookahead", "lookahead-admit")
@@ -310,7 +311,7 @@ def dlrm_throughput(max_rows: int, steps: int, batch: int, rounds: int, seed: in
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
-    p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter)
     p.add_argument("--scale", type=int, default=100, help="Kaggle table rows divided by this (Zipf traces)")
     p.add_argument("--zipf", type=float, default=1.05, help="rank-frequency exponent of the synthetic ids")
     p.add_argument("--batches", type=int, default=800, help="batches per Zipf trace")
@@ -322,9 +323,9 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     p.add_argument("--steps", type=int, default=1000, help="training steps on the memory-mapped table")
     p.add_argument("--mmap-rounds", type=int, default=3,
                    help="rounds of the memory-mapped readers (each a fresh process on a fresh table)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", default="bench-results/cache.json")
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--seed", type=int, default=0, help="seed of the traces and the tables")
+    p.add_argument("--out", default="bench-results/cache.json", help="where the JSON results go")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("--dlrm-max-rows", type=int, default=200_000, help="cap on a table's rows in the DLRM part")
     p.add_argument("--dlrm-steps", type=int, default=240, help="timed DLRM steps per contestant")
     p.add_argument("--dlrm-rounds", type=int, default=12,

@@ -40,6 +40,7 @@ from pathlib import Path
 from haloflow.host.openmp import caller_environ
 from haloflow.utils.atomic import atomic_write_text
 from haloflow.utils.table import format_table
+from haloflow.utils.help_format import HelpFormatter
 
 SIDES = ("haloflow", "fixed", "peer")  # fixed: haloflow with --fixed-threads, the control (only where threads > 1)
 LABELS = {"haloflow": "haloflow", "fixed": "haloflow --fixed-threads", "peer": "plain PyTorch"}
@@ -264,7 +265,7 @@ def _table(rows: list[dict], args) -> str:
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     from haloflow.bench.contention_steps import FAMILIES, SIZES
 
-    p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter)
     p.add_argument("--load", type=int, default=2, help="busy co-tenant processes (while True: pass)")
     p.add_argument("--threads", type=int, nargs="+", default=[1, 2], help="thread counts of both sides")
     p.add_argument("--rounds", type=int, default=7, help="rounds, each timing every step quiet and loaded")
@@ -275,10 +276,11 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     p.add_argument("--warmup", type=int, default=3, help="untimed steps per family as a worker starts")
     p.add_argument("--settle", type=float, default=0.4,
                    help="seconds of untimed steps before each timed block, under its load (lets the threads adapt)")
-    p.add_argument("--families", nargs="+", choices=FAMILIES, default=list(FAMILIES))
+    p.add_argument("--families", nargs="+", choices=FAMILIES, default=list(FAMILIES),
+        help="the families whose steps are timed")
     p.add_argument("--size", choices=sorted(SIZES), default="small", help="shapes of the steps (tiny: tests)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", default="bench-results/contention.json")
+    p.add_argument("--seed", type=int, default=0, help="seed of the models and the batches")
+    p.add_argument("--out", default="bench-results/contention.json", help="where the JSON results go")
     p.add_argument("--worker", choices=SIDES, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker:

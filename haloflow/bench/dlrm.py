@@ -47,6 +47,7 @@ from haloflow.engine.runtime import shutdown
 from haloflow.engine.launch import launch_torchrun
 from haloflow.models.dlrm import DLRM, DLRMConfig, EmbeddingTables, dlrm_loss
 from haloflow.utils.atomic import atomic_write_text
+from haloflow.utils.help_format import HelpFormatter
 
 TARGET = 0.95
 TORCHREC_TARGET = 1.05  # the issue's: haloflow >= 1.05x TorchRec 1.9 DMP, one process
@@ -308,15 +309,16 @@ def worker(args) -> None:
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
-    p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter)
     p.add_argument("--steps", type=int, default=60, help="timed steps")
     p.add_argument("--warmup", type=int, default=5, help="untimed steps (one process: losses compared on these)")
     p.add_argument("--rounds", type=int, default=6, help="alternating timing rounds (one process)")
-    p.add_argument("--batch-size", type=int, default=128)
+    p.add_argument("--batch-size", type=int, default=128, help="samples per step")
     p.add_argument("--max-rows", type=int, default=200_000,
                    help="cap on a table's rows (Kaggle scaled down); 0: the full Kaggle sizes")
     p.add_argument("--device", default="cpu", help="device of the one-process runs (the K-rank runs use gloo on CPU)")
-    p.add_argument("--ranks", type=int, nargs="*", default=[2, 4])
+    p.add_argument("--ranks", type=int, nargs="*", default=[2, 4],
+        help="rank counts of the sharded runs (none: one process only)")
     p.add_argument("--memory-factor", type=float, default=1.2,
                    help="planner's memory per rank = this x (all tables' bytes / K)")
     p.add_argument("--threads", type=int, default=1,
@@ -324,7 +326,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     p.add_argument("--torchrec-python", default=None, metavar="PATH",
                    help="Python of the TorchRec peer (default: the venv `bash scripts/setup_peers.sh torchrec` "
                    "builds, if there); '' leaves TorchRec out")
-    p.add_argument("--out", default="bench-results/dlrm.json")
+    p.add_argument("--out", default="bench-results/dlrm.json", help="where the JSON results go")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker:

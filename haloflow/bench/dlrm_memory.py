@@ -36,6 +36,7 @@ import torch
 from haloflow.utils.atomic import atomic_write_text
 from haloflow.utils.memory import format_bytes, peak_rss_bytes
 from haloflow.utils.table import format_table
+from haloflow.utils.help_format import HelpFormatter
 
 TARGET = 1.1
 KINDS = ("sharded", "cached")
@@ -120,7 +121,7 @@ def launch(args, k: int, kind: str, max_rows: int) -> dict:
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
-    p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter)
     p.add_argument("--ks", default="1,2,4", help="world sizes, comma-separated (default 1,2,4)")
     p.add_argument("--kinds", default=",".join(KINDS), help="plans to measure: sharded, cached (default both)")
     p.add_argument("--max-rows", type=int, default=0, help="cap on a table's rows; 0: the full Kaggle sizes")
@@ -131,7 +132,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
                    help="sharded plan: memory per rank = this x (all tables' bytes / K)")
     p.add_argument("--cached-factor", type=float, default=0.5,
                    help="cached plan: device memory per rank = this x (all tables' bytes / K)")
-    p.add_argument("--out", default="bench-results/dlrm_memory.json")
+    p.add_argument("--out", default="bench-results/dlrm_memory.json", help="where the JSON results go")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--kind", default="sharded", help=argparse.SUPPRESS)
     args = p.parse_args(argv)

@@ -71,6 +71,7 @@ from haloflow.models import GCN, GCNConfig, KERNELS, LocalAggregator, gcn_loss
 from haloflow.models.spmm import DEFAULT_KERNEL
 from haloflow.utils.atomic import atomic_write_text
 from haloflow.utils.table import format_table
+from haloflow.utils.help_format import HelpFormatter
 
 log = logging.getLogger("benchmarks.gcn")
 
@@ -367,21 +368,21 @@ def perf_model(graph: CSRGraph, d: list[int]) -> dict:
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
-    ap = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
-    ap.add_argument("--nodes", type=int, default=200_000)
+    ap = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter)
+    ap.add_argument("--nodes", type=int, default=200_000, help="nodes of the random graph")
     ap.add_argument("--entries", type=int, default=2_200_000, help="adjacency entries (both directions)")
-    ap.add_argument("--in-dim", type=int, default=128)
-    ap.add_argument("--hidden", type=int, default=128)
-    ap.add_argument("--out-dim", type=int, default=40)
+    ap.add_argument("--in-dim", type=int, default=128, help="input feature width")
+    ap.add_argument("--hidden", type=int, default=128, help="hidden width")
+    ap.add_argument("--out-dim", type=int, default=40, help="classes (the output width)")
     ap.add_argument("--epochs", type=int, default=5, help="timed rounds (one epoch of every contestant each)")
-    ap.add_argument("--warmup", type=int, default=1)
-    ap.add_argument("--spmm-repeats", type=int, default=3)
-    ap.add_argument("--widths", type=int, nargs="+", default=[16, 40, 128])
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--kernel", choices=KERNELS, default=DEFAULT_KERNEL)
+    ap.add_argument("--warmup", type=int, default=1, help="untimed rounds before the timed ones")
+    ap.add_argument("--spmm-repeats", type=int, default=3, help="repetitions of each SpMM timing")
+    ap.add_argument("--widths", type=int, nargs="+", default=[16, 40, 128], help="feature widths of the SpMM timings")
+    ap.add_argument("--threads", type=int, default=2, help="torch threads of this process")
+    ap.add_argument("--kernel", choices=KERNELS, default=DEFAULT_KERNEL, help="SpMM kernel on CPU")
     ap.add_argument("--skip", nargs="*", default=[], help="contestants to leave out, e.g. pyg-edge_index")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", type=Path, default=Path("bench-results/gcn.json"))
+    ap.add_argument("--seed", type=int, default=0, help="seed of the graph and the weights")
+    ap.add_argument("--out", type=Path, default=Path("bench-results/gcn.json"), help="where the JSON results go")
     ap.add_argument("--dgl-python", default=None, metavar="PATH",
                     help="the DGL peer's Python, used where dgl does not import here (default: the one "
                          "`bash scripts/setup_peers.sh dgl` builds, when built; '' leaves DGL out)")

@@ -34,6 +34,7 @@ from pathlib import Path
 import torch
 
 from haloflow.partition.api import METHODS
+from haloflow.utils.help_format import HelpFormatter
 
 CORES = os.cpu_count() or 1
 
@@ -223,20 +224,20 @@ def measure_other_rate(dataset, model_cfg, rates, threads: int, repeats: int = 3
 
 # ------------------------------------------------------------------------------------------------ driver
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
-    p = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("--scale", type=int, default=20, help="2^scale nodes")
-    p.add_argument("--ks", default="1,2,4")
+    p.add_argument("--ks", default="1,2,4", help="rank counts to run, comma-separated")
     p.add_argument("--epochs", type=int, default=5, help="timed epochs per schedule (after one warm-up each)")
-    p.add_argument("--feat", type=int, default=64)
-    p.add_argument("--hidden", type=int, default=64)
-    p.add_argument("--layers", type=int, default=3)
-    p.add_argument("--degree", type=float, default=10.0)
+    p.add_argument("--feat", type=int, default=64, help="input feature width")
+    p.add_argument("--hidden", type=int, default=64, help="hidden width")
+    p.add_argument("--layers", type=int, default=3, help="graph convolutions")
+    p.add_argument("--degree", type=float, default=10.0, help="mean degree of the block graph")
     p.add_argument("--threads", type=int, default=0,
                    help="torch threads per rank, the same at every K (default 0: cores // K, at least 1)")
     p.add_argument("--method", default="metis", choices=METHODS,
                    help="partitioner (metis needs pymetis; fennel and random do not)")
     p.add_argument("--device", default="cpu", help="cpu (gloo) or cuda (NCCL, one GPU per rank)")
-    p.add_argument("--out", default="bench-results/gcn_dist.json")
+    p.add_argument("--out", default="bench-results/gcn_dist.json", help="where the JSON results go")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--partitions", help=argparse.SUPPRESS)
     p.add_argument("--worker-out", help=argparse.SUPPRESS)

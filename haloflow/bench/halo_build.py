@@ -34,6 +34,7 @@ from haloflow.partition.types import Assignment
 from haloflow.utils.atomic import atomic_write_text
 from haloflow.utils.memory import format_bytes, peak_rss_bytes, reset_peak_rss
 from haloflow.utils.table import format_table
+from haloflow.utils.help_format import HelpFormatter
 
 
 def _measure(fn):
@@ -46,12 +47,12 @@ def _measure(fn):
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
-    ap = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0], formatter_class=HelpFormatter)
     ap.add_argument("--scale", type=int, default=18, help="2^scale nodes")
     ap.add_argument("--edges-log", type=int, default=None, help="2^edges_log edges (default scale + 3)")
-    ap.add_argument("--parts", type=int, default=16)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", default="bench-results/halo_build.json")
+    ap.add_argument("--parts", type=int, default=16, help="parts whose halos are built")
+    ap.add_argument("--seed", type=int, default=0, help="seed of the graph and the partition")
+    ap.add_argument("--out", default="bench-results/halo_build.json", help="where the JSON results go")
     args = ap.parse_args(argv)
     edges_log = args.edges_log if args.edges_log is not None else args.scale + 3
 

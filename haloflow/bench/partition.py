@@ -44,6 +44,7 @@ from haloflow.data.readers import read_pace, read_snap
 from haloflow.partition.api import PartitionConfig, partition_graph
 from haloflow.utils.atomic import atomic_write_text
 from haloflow.utils.memory import peak_rss_bytes, reset_peak_rss
+from haloflow.utils.help_format import HelpFormatter
 
 GRAPHS = {
     "road": ("graphs/USA-road-NE.pace.gr.xz", read_pace),
@@ -204,20 +205,21 @@ def targets(rows: list[Row]) -> list[str]:
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
-    ap = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--graphs", default="road,slashdot,enron,rmat")
-    ap.add_argument("--parts", default="4,16")
+    ap = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=HelpFormatter)
+    ap.add_argument("--graphs", default="road,slashdot,enron,rmat",
+        help="graphs to partition, comma-separated (road, slashdot, enron, rmat)")
+    ap.add_argument("--parts", default="4,16", help="part counts, comma-separated")
     ap.add_argument("--methods", default="metis,fennel,random",
                     help="comma-separated METHOD[@START[/PASSES]], e.g. fennel@stream/1 (one streaming pass), "
                     "fennel@multilevel; each also runs balanced on nodes and edges (+edges) unless --no-edges")
     ap.add_argument("--no-edges", action="store_true", help="leave out the +edges (two-weight) contestants")
-    ap.add_argument("--rmat-scale", type=int, default=22)
+    ap.add_argument("--rmat-scale", type=int, default=22, help="the R-MAT graph has 2^SCALE nodes")
     ap.add_argument("--rmat-parts", default="16", help="K values for R-MAT (each METIS run there takes minutes)")
     ap.add_argument("--rmat-skip", default="metis+edges", help="contestants left out on R-MAT")
     ap.add_argument("--walshaw", action="store_true",
                     help="issue 35's table instead (module docstring): meshes and USA-road-NE, K = 2..64, 3%% "
                     "imbalance")
-    ap.add_argument("--out", default="bench-results/partition.json")
+    ap.add_argument("--out", default="bench-results/partition.json", help="where the JSON results go")
     args = ap.parse_args(argv)
     if args.walshaw:
         return walshaw(args.out)

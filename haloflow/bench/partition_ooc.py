@@ -30,6 +30,7 @@ import numpy as np
 
 from haloflow.utils.atomic import atomic_write_text
 from haloflow.utils.memory import format_bytes, parse_bytes
+from haloflow.utils.help_format import HelpFormatter
 
 __all__ = ["main"]
 
@@ -175,11 +176,11 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     if argv[:1] == ["--child"]:
         _child(argv[1], json.loads(argv[2]))
         return 0
-    ap = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=HelpFormatter)
     ap.add_argument("--scale", type=int, default=25, help="R-MAT scale of the out-of-core run (default 25)")
-    ap.add_argument("--edge-factor", type=int, default=16)
+    ap.add_argument("--edge-factor", type=int, default=16, help="R-MAT edges per node")
     ap.add_argument("--features", type=int, default=64, help="float32 features per node (default 64)")
-    ap.add_argument("--parts", type=int, default=16)
+    ap.add_argument("--parts", type=int, default=16, help="parts of each partition")
     ap.add_argument("--passes", type=int, default=4, help="Fennel passes (default 4: one stream, 3 restreams)")
     ap.add_argument("--budget", default="3GiB", help="--memory-budget of the out-of-core run (default 3GiB)")
     ap.add_argument("--compare-scale", type=int, default=22,
@@ -189,7 +190,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     ap.add_argument("--skip", default="", help="comma-separated runs to leave out: big, memory, metis, ooc-compare")
     ap.add_argument("--work", default="bench-results/ooc-work", help="where inputs, outputs and temporary files go")
     ap.add_argument("--clean", action="store_true", help="remove the generated inputs at the end")
-    ap.add_argument("--out", default="bench-results/partition_ooc.json")
+    ap.add_argument("--out", default="bench-results/partition_ooc.json", help="where the JSON results go")
     args = ap.parse_args(argv)
     work = Path(args.work).absolute()
     work.mkdir(parents=True, exist_ok=True)

@@ -27,6 +27,7 @@ from haloflow.partition.planner.planner import EmbeddingShardingPlanner, lower_b
 from haloflow.partition.planner.specs import kaggle_tables, parse_bytes
 from haloflow.partition.planner.types import DEFAULT_SHARDING_TYPES, ShardingType, TableSpec, Topology
 from haloflow.utils.atomic import atomic_write_text
+from haloflow.utils.help_format import HelpFormatter
 
 QUALITY_TARGET = 1.10
 TIME_TARGET_S = 2.0
@@ -50,16 +51,16 @@ def plan_once(specs, topo: Topology, cost_model: EmbeddingCostModel, kinds=DEFAU
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
-    p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
-    p.add_argument("--ranks", type=int, nargs="+", default=[2, 4, 8])
-    p.add_argument("--batch-size", type=int, default=2048)
+    p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter)
+    p.add_argument("--ranks", type=int, nargs="+", default=[2, 4, 8], help="world sizes to plan for")
+    p.add_argument("--batch-size", type=int, default=2048, help="global batch of the cost model")
     p.add_argument("--kaggle-memory", default="2GiB", help="per-rank budget for the Kaggle tables")
-    p.add_argument("--synthetic-tables", type=int, default=500)
+    p.add_argument("--synthetic-tables", type=int, default=500, help="tables of the synthetic spec")
     p.add_argument("--headroom", type=float, default=2.0,
                    help="synthetic budget per rank = headroom x (all tables' bytes / K)")
-    p.add_argument("--timing-tables", type=int, default=1000)
+    p.add_argument("--timing-tables", type=int, default=1000, help="tables of the planning-time check")
     p.add_argument("--repeats", type=int, default=3, help="timing: best of this many runs")
-    p.add_argument("--out", default="bench-results/planner.json")
+    p.add_argument("--out", default="bench-results/planner.json", help="where the JSON results go")
     args = p.parse_args(argv)
 
     cm = EmbeddingCostModel(batch_size=args.batch_size)

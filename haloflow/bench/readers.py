@@ -32,6 +32,7 @@ from haloflow.data.readers import read_pace, read_snap
 from haloflow.data.textscan import open_decompressed, read_int_rows
 from haloflow.utils.atomic import atomic_write_text
 from haloflow.utils.table import format_table
+from haloflow.utils.help_format import HelpFormatter
 
 GRAPHS = {  # name: (file, reader, header lines the peers skip, comment character)
     "road": ("graphs/USA-road-NE.pace.gr.xz", read_pace, 1, "c"),
@@ -72,7 +73,7 @@ def pyarrow_read(path: Path, skip: int, comment: str) -> np.ndarray:
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
-    parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0], formatter_class=HelpFormatter)
     parser.add_argument("--graphs", default=",".join(GRAPHS), help="comma-separated subset of " + ",".join(GRAPHS))
     parser.add_argument("--repeat", type=int, default=3, help="best of this many runs per reader")
     parser.add_argument("--out", default="bench-results/readers.json", help="JSON results path")

@@ -32,8 +32,12 @@ __all__ = ["main", "build_parser", "register_modules", "run_command", "name_flag
 # What a user's mistake raises: our own errors and the OS's complaints about the paths they gave.
 _USER_ERRORS = (HaloflowError, FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError)
 
+# The commands whose first run on a machine compiles numba kernels: said on stderr when it is a terminal (a person
+# waits; a pipe or a test reading stderr gets its one-line contract), see utils/kernel_cache.py.
+_COMPILING = ("partition", "train", "predict", "bench", "demo")
+
 # Subcommand modules, in the order `--help` lists them.
-_COMMANDS = ["partition", "inspect", "plan_tables", "preprocess", "train", "bench", "demo"]
+_COMMANDS = ["partition", "inspect", "plan_tables", "preprocess", "train", "export", "predict", "plot", "bench", "demo"]
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
@@ -102,6 +106,11 @@ def _main(argv: list[str] | None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    if args.command in _COMPILING and os.environ.get("RANK", "0") == "0" and sys.stderr.isatty():
+        from haloflow.utils.kernel_cache import FIRST_RUN_NOTE, kernels_cached
+
+        if not kernels_cached():
+            print(f"haloflow: {FIRST_RUN_NOTE}", file=sys.stderr)
     return run_command(f"haloflow {args.command}", args.func, args)
 
 

@@ -29,6 +29,7 @@ from typing import Any
 
 from haloflow.errors import ConfigError
 from haloflow.utils.config_flags import Follows, Hidden, Nested, Option, cli_meta
+from haloflow.utils.help_format import HelpFormatter, show_default
 
 __all__ = ["ConfigArgs", "HelpFormatter", "int_list", "show_default"]
 
@@ -42,36 +43,6 @@ def int_list(text: str) -> tuple[int, ...]:
     if not values:
         raise argparse.ArgumentTypeError(f"expected at least one integer, got {text!r}")
     return values
-
-
-def show_default(action: argparse.Action) -> str:
-    """How ``--help`` writes an option's default: ``16``, ``0.0005``, ``512,256,64``, ``none``; a flag without
-    a value is ``off`` (not given)."""
-    value = action.default
-    if action.nargs == 0:  # store_true / store_false: the flag itself is the switch
-        return "off"
-    if value is None:
-        return "none"
-    if isinstance(value, (tuple, list)):
-        return ",".join(str(v) for v in value)
-    if isinstance(value, float):
-        return f"{value:g}"
-    return str(value)
-
-
-class HelpFormatter(argparse.RawDescriptionHelpFormatter):
-    """The description as written, and ``(default: X)`` (or ``(default: X, what X means)``, or ``(required)``)
-    after every option's help that does not say it already."""
-
-    def _get_help_string(self, action: argparse.Action) -> str:
-        text = action.help or ""
-        if not action.option_strings or action.default is argparse.SUPPRESS or "(default:" in text:
-            return text
-        if action.required:
-            return f"{text} (required)"
-        means = getattr(action, "means", None)
-        shown = (show_default(action) + (f", {means}" if means else "")).replace("%", "%%")  # argparse %-formats
-        return f"{text} (default: {shown})"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -21,6 +21,7 @@ from haloflow.errors import ConfigError
 from haloflow.partition.api import METHODS, PartitionConfig
 from haloflow.partition.pipeline import partition_dataset
 from haloflow.utils.table import format_table
+from haloflow.utils.help_format import HelpFormatter
 
 __all__ = ["register", "run"]
 
@@ -31,7 +32,7 @@ HELP = "generate a graph, partition it and train a GCN on 1 and on K processes"
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         COMMAND, help=HELP,
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=__doc__, formatter_class=HelpFormatter,
     )
     p.add_argument("--nodes", type=int, default=20_000, help="nodes of the generated graph (default 20,000)")
     p.add_argument("--classes", type=int, default=8, help="blocks = classes (default 8)")
@@ -39,7 +40,7 @@ def register(subparsers) -> None:
     p.add_argument("--method", choices=METHODS, default="metis", help="partitioner (default metis)")
     p.add_argument("--epochs", type=int, default=100, help="training epochs (default 100)")
     p.add_argument("--hidden", type=int, default=64, help="hidden width (default 64)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seed of the graph, the partition and the weights")
     p.add_argument("--out", default="runs/demo", metavar="DIR", help="working folder (default runs/demo)")
     p.set_defaults(func=run)
 

@@ -6,6 +6,7 @@ import argparse
 
 from haloflow.partition.format import verify_partition
 from haloflow.partition.stats import format_stats
+from haloflow.utils.help_format import HelpFormatter
 
 __all__ = ["register", "run"]
 
@@ -18,7 +19,7 @@ def register(subparsers) -> None:
         COMMAND, help=HELP,
         description="Print DIR/meta.json and the per-part statistics. Every file's size is checked against "
         "meta.json, its CRC-32 too unless --no-verify, and what the arrays mean: bounds, dtypes, ids and labels in "
-        "range, and parts that agree on what they send each other.",
+        "range, and parts that agree on what they send each other.", formatter_class=HelpFormatter,
     )
     p.add_argument("dir", metavar="DIR", help="partition folder written by `haloflow partition`")
     p.add_argument("--no-verify", action="store_true", help="skip the checksums (sizes are still checked)")

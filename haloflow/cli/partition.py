@@ -27,6 +27,7 @@ from haloflow.partition.format import check_output_dir
 from haloflow.cli.reader_args import READER_FLAGS, add_reader_arguments, reader_options
 from haloflow.partition.pipeline import partition_dataset, read_input
 from haloflow.utils.memory import parse_bytes
+from haloflow.utils.help_format import HelpFormatter
 
 __all__ = ["register", "run"]
 
@@ -47,7 +48,7 @@ def register(subparsers) -> None:
         COMMAND, help=HELP,
         description="Partition a graph data set into K parts (METIS, Fennel, random, KaHIP, Mt-KaHyPar, KaMinPar or "
         "auto), build each part's halo and "
-        "send lists, and write DIR/meta.json plus DIR/part-<k>/*.npy. Prints per-part statistics.",
+        "send lists, and write DIR/meta.json plus DIR/part-<k>/*.npy. Prints per-part statistics.", formatter_class=HelpFormatter,
     )
     p.add_argument("input", metavar="INPUT", help="graph file (SNAP edge list, PACE .gr, METIS .graph, .npy edges, "
                    ".parquet) or folder (OGB, Planetoid, Parquet files, an arrays folder of .npy edges and node data)")

@@ -19,6 +19,7 @@ from haloflow.partition.planner.report import plan_report
 from haloflow.partition.planner.specs import load_table_specs, parse_bytes
 from haloflow.partition.planner.storage_reservations import FixedFractionReservation
 from haloflow.partition.planner.types import DEFAULT_SHARDING_TYPES, ShardingType, Topology
+from haloflow.utils.help_format import HelpFormatter
 
 __all__ = ["register", "run"]
 
@@ -46,7 +47,7 @@ def register(subparsers) -> None:
         COMMAND, help=HELP,
         description="Choose per table between replication and table-, row- or column-wise sharding, and place the "
         "shards on K ranks within their memory so that the slowest rank's estimated step cost is as low as "
-        "possible. Prints the plan with per-rank cost and memory; --out writes it as JSON.",
+        "possible. Prints the plan with per-rank cost and memory; --out writes it as JSON.", formatter_class=HelpFormatter,
     )
     p.add_argument("--tables", required=True, metavar="SPEC",
                    help="'kaggle' (the 26 Criteo Kaggle tables), a .json or .csv table file, or a folder written by "

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 
 from haloflow.utils.table import format_table
+from haloflow.utils.help_format import HelpFormatter
 
 __all__ = ["register"]
 
@@ -16,7 +17,7 @@ HELP = "turn raw click logs into Parquet for DLRM training"
 
 
 def register(subparsers) -> None:
-    parser = subparsers.add_parser(COMMAND, help=HELP)
+    parser = subparsers.add_parser(COMMAND, help=HELP, formatter_class=HelpFormatter)
     sub = parser.add_subparsers(dest="dataset", metavar="DATASET", required=True)
 
     criteo = sub.add_parser(
@@ -24,9 +25,9 @@ def register(subparsers) -> None:
         help="Criteo Kaggle train.txt or Criteo 1TB day_N files",
         description="Dense I1..I13 -> log(1 + max(x, 0)), missing -> 0. Categorical C1..C26 hex -> contiguous "
         "ids: by default every seen value gets an id (1 = most frequent) and missing -> 0; "
-        "--frequency-threshold N maps values seen < N times to 0 too; --max-ind-range R uses int(hex) %% R "
+        "--frequency-threshold N maps values seen < N times to 0 too; --max-ind-range R uses int(hex) % R "
         "in one pass instead. Kaggle: 7 equal parts by line, 6 train, the 7th halved into test then val; "
-        "day_N files: the last day halved into test then val.",
+        "day_N files: the last day halved into test then val.", formatter_class=HelpFormatter,
     )
     criteo.add_argument("raw", nargs="+", metavar="RAW",
                         help="input files, in order: tab-separated, or CSV with a header line; plain, .gz, .bz2 or .xz")
@@ -41,7 +42,7 @@ def register(subparsers) -> None:
     criteo.add_argument("--overwrite", action="store_true", help="replace an existing --out folder")
     criteo.set_defaults(func=_run_criteo)
 
-    clicks = sub.add_parser("clicks", help="a synthetic Criteo-like log (Zipf ids, learnable labels)")
+    clicks = sub.add_parser("clicks", help="a synthetic Criteo-like log (Zipf ids, learnable labels)", formatter_class=HelpFormatter)
     clicks.add_argument("--out", required=True, help="output folder (written atomically)")
     clicks.add_argument("--train", type=int, default=100_000, help="train rows")
     clicks.add_argument("--val", type=int, default=10_000, help="validation rows")
@@ -49,7 +50,7 @@ def register(subparsers) -> None:
     clicks.add_argument("--scale", type=float, default=1e-3, help="multiply the Kaggle table sizes by this")
     clicks.add_argument("--max-rows", type=int, default=None, help="cap on rows per table")
     clicks.add_argument("--multi-hot", type=float, default=1.0, help="mean ids per bag (1 = one-hot)")
-    clicks.add_argument("--seed", type=int, default=0)
+    clicks.add_argument("--seed", type=int, default=0, help="seed of the generated log")
     clicks.add_argument("--row-group-size", type=int, default=65536, help="rows per Parquet row group")
     clicks.add_argument("--overwrite", action="store_true", help="replace an existing --out folder")
     clicks.set_defaults(func=_run_clicks)

@@ -16,6 +16,7 @@ import argparse
 
 from haloflow.cli import register_modules
 from haloflow.engine.families import FAMILIES
+from haloflow.utils.help_format import HelpFormatter
 
 __all__ = ["register"]
 
@@ -26,7 +27,7 @@ HELP = "train a model (single process, or one rank per part under torchrun)"
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         COMMAND, help=HELP,
-        description="Train a model. Distributed runs are exact: K ranks compute what one process computes.",
+        description="Train a model. Distributed runs are exact: K ranks compute what one process computes.", formatter_class=HelpFormatter,
     )
     register_modules(parser.add_subparsers(dest="model", metavar="MODEL"), [e.cli_module for e in FAMILIES.values()])
     parser.set_defaults(func=lambda args: _no_model(parser))

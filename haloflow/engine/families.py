@@ -2,7 +2,9 @@
 
 A family is one module ``haloflow/engine/<name>/train.py`` holding a ``Family`` for ``engine/trainer.py``'s loop
 and a ``train_<name>(config)`` entry point, one config module ``haloflow/engine/<name>/config.py``, and one CLI
-module ``haloflow/cli/train_<name>.py``. Adding a family is adding those files and one line to ``FAMILIES``::
+module ``haloflow/cli/train_<name>.py``; after training, ``haloflow/engine/<name>/predict.py`` holds
+``predict_<name>``, its config and ``export_tensors`` (the checkpoint as the single-device model's tensors, what
+``haloflow export`` writes). Adding a family is adding those files and one line to ``FAMILIES``::
 
     name   config class       entry point    CLI module                  unit
     gcn    GCNTrainConfig     train_gcn      haloflow.cli.train_gcn      epoch
@@ -28,6 +30,7 @@ class FamilyEntry:
     help: str  # one line for `haloflow train --help`
     config: str  # the config class's name, in haloflow.engine.<name>.config
     result: str  # the result class's name, in haloflow.engine.<name>.train
+    predict_config: str  # the scoring config's name, in haloflow.engine.<name>.predict (with predict_<name>)
 
     @property
     def entry_point(self) -> str:
@@ -36,6 +39,15 @@ class FamilyEntry:
     @property
     def train_module(self) -> str:
         return f"haloflow.engine.{self.name}.train"
+
+    @property
+    def predict_entry_point(self) -> str:
+        return f"predict_{self.name}"
+
+    @property
+    def predict_module(self) -> str:
+        """Where ``predict_<name>``, its config and ``export_tensors`` (what ``haloflow export`` writes) live."""
+        return f"haloflow.engine.{self.name}.predict"
 
     @property
     def config_module(self) -> str:
@@ -48,20 +60,26 @@ class FamilyEntry:
 
 FAMILIES: dict[str, FamilyEntry] = {e.name: e for e in (
     FamilyEntry("gcn", "GCN", "full-batch GCN / GraphSAGE on a graph or its partition folder", "GCNTrainConfig",
-                "GCNTrainResult"),
-    FamilyEntry("dlrm", "DLRM", "DLRM on click logs, tables sharded by a plan", "DLRMTrainConfig", "DLRMTrainResult"),
+                "GCNTrainResult", "GCNPredictConfig"),
+    FamilyEntry("dlrm", "DLRM", "DLRM on click logs, tables sharded by a plan", "DLRMTrainConfig", "DLRMTrainResult",
+                "DLRMPredictConfig"),
     FamilyEntry("tgn", "TGN", "memory-based temporal GNN (TGN) on an event stream", "TGNTrainConfig",
-                "TGNTrainResult"),
+                "TGNTrainResult", "TGNPredictConfig"),
 )}
 
 
 def lazy_names() -> dict[str, str]:
-    """name -> module for every family's entry point, config and result (a package's ``_LAZY`` table)."""
+    """name -> module for every family's entry point, config, result and predict_<name> with its config, and the
+    export's names (a package's ``_LAZY`` table)."""
     names: dict[str, str] = {}
     for e in FAMILIES.values():
         names[e.entry_point] = e.train_module
         names[e.result] = e.train_module
         names[e.config] = e.config_module
+        names[e.predict_entry_point] = e.predict_module
+        names[e.predict_config] = e.predict_module
+    for name in ("ExportConfig", "export_model", "load_model"):
+        names[name] = "haloflow.engine.export"
     return names
 
 

@@ -40,7 +40,8 @@ class CheckpointConfig:
 
     Args:
         dir: write checkpoints here (``--checkpoint-dir``); None: none are written.
-        every: save after every this many epochs (GCN) or steps (DLRM), and always at the end; 0: at the end only.
+        every: save after every this many units (GCN epochs, DLRM steps, TGN batches), and always at the end; 0: at
+            the end only.
         keep: how many of the newest checkpoints to keep.
         resume: start from a checkpoint (``--resume``): a checkpoint folder, or a checkpoint dir (its newest).
         fail_at / fail_rank: a testing aid: rank ``fail_rank`` kills itself (SIGKILL) on reaching step or epoch
@@ -50,7 +51,7 @@ class CheckpointConfig:
     dir: Path | None = option(None, "--checkpoint-dir", metavar="DIR", help="save checkpoints here (model, "
                               "optimizer, RNG, position; in global terms, so any number of ranks can resume them)")
     every: int = option(0, "--checkpoint-every", metavar="N", means="at the end only",
-                        help="save every N epochs (GCN) or steps (DLRM), and at the end")
+                        help="save every N units: epochs (GCN), steps (DLRM) or batches (TGN); and at the end")
     keep: int = option(2, "--checkpoint-keep", metavar="M", help="keep the newest M")
     resume: Path | None = option(None, metavar="DIR", help="continue from the newest checkpoint in DIR (or from "
                                  "the checkpoint folder DIR), at any number of ranks")
@@ -85,11 +86,14 @@ class RuntimeConfig:
     Args:
         device: "auto" (CUDA when present, else CPU), "cpu" or "cuda"; rank r uses CUDA device LOCAL_RANK.
         timeout_s: how long a collective waits for a peer before raising (a dead rank is an error, not a hang).
-        log_jsonl: rank 0 writes one JSON object per epoch or logging step here (``--log-jsonl``), each line
-            flushed as it comes (``tail -f`` follows it; a failed run keeps the lines so far). An existing file
-            is truncated; a FIFO or a device is written through.
-        progress: draw a progress bar (only when stderr is a terminal).
-        log_every: when no bar shows, print a line every this many epochs or steps (0: about ten lines a run).
+        log_jsonl: rank 0 writes JSON lines here (``--log-jsonl``): one per epoch (GCN, TGN), one every
+            ``log_every`` steps (DLRM: every 100 when 0) and a summary, each flushed as it comes (``tail -f``
+            follows it; a failed run keeps the lines so far). A new run truncates an existing file; an attempt
+            that torchrun restarted (``--max-restarts``) appends to it. A FIFO or a device is written through.
+        progress: a progress bar when stderr is a terminal, else a line every ``log_every`` units; False: neither
+            (warnings and the summary still show).
+        log_every: without a bar, print a line every this many epochs, steps or batches (0: about ten lines a
+            run); DLRM writes its JSON train record every this many steps too (0: every 100).
         checkpoint: where and how often to save, and where to resume from (``engine/checkpoint.py``).
         adapt_threads: between units, use fewer threads while other processes keep the cores busy, and go back
             up when they leave (``host/threads.ThreadGovernor``; ``--fixed-threads`` turns it off). On only where
@@ -104,10 +108,13 @@ class RuntimeConfig:
     timeout_s: float = option(120.0, "--timeout", metavar="S",
                               help="seconds a rank waits for a silent peer before failing")
     log_jsonl: str | Path | None = option(None, metavar="FILE",
-                                          help="rank 0 writes one JSON object per epoch / logging step")
-    progress: bool = option(True, "--no-progress", negate=True, help="no progress bar")
-    log_every: int = option(0, metavar="N", means="about ten lines a run",
-                            help="without a progress bar, print a line every N epochs or steps")
+                                          help="rank 0 writes JSON lines: one per epoch (GCN, TGN) or per "
+                                          "--log-every steps (DLRM), and a summary")
+    progress: bool = option(True, "--no-progress", negate=True,
+                            help="no progress bar or progress lines (warnings and the summary still print)")
+    log_every: int = option(0, metavar="N", means="about ten lines a run; DLRM's JSON record every 100 steps",
+                            help="without a progress bar, print a line every N epochs, steps or batches (DLRM: "
+                            "also its JSON train record)")
     checkpoint: CheckpointConfig = nested(CheckpointConfig, "checkpoints and recovery")
     adapt_threads: bool = option(True, "--fixed-threads", negate=True,
                                  help="keep the thread count fixed, also while other processes keep the cores busy")

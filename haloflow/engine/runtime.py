@@ -36,7 +36,7 @@ from haloflow.engine.checkpoint import Checkpointer
 from haloflow.engine.comm import register_peers
 from haloflow.engine.run_config import DEVICES, RuntimeConfig, expect_parts
 from haloflow.errors import ConfigError
-from haloflow.utils.atomic import atomic_output, open_stream, reporting_full_disk
+from haloflow.utils.atomic import atomic_output, atomic_write_text, is_regular_target, open_stream, reporting_full_disk
 from haloflow.utils.progress import progress_bar
 from haloflow.host.threads import (BusyMeter, ThreadBudget, ThreadGovernor, cores_here, fitting_threads,
                                     follow_torch_threads, reproducible_blas)
@@ -414,6 +414,26 @@ class MetricsLog:
         self.records: list[dict] = []
         self._file = None
 
+    def after_restart(self, units_done: int, attempt: int) -> None:
+        """A restarted attempt (torchrun's ``--max-restarts``) continues the log instead of truncating it: the
+        lines of units the checkpoint it resumed from holds (``units_done`` <= the checkpoint's) stay, the lines
+        of units that will be trained again go, and a ``restart`` line says where the run picked up, so that
+        every unit is in the log once. A FIFO or a device is written through as it is."""
+        if self.path is None:
+            return
+        if is_regular_target(self.path) and Path(self.path).is_file():
+            kept = []
+            for line in Path(self.path).read_text().splitlines():
+                try:
+                    record = json.loads(line)
+                except ValueError:  # a line the dead attempt left half-written
+                    continue
+                if isinstance(record, dict) and record.get("units_done", units_done + 1) <= units_done:
+                    kept.append(line)
+            atomic_write_text(self.path, "".join(k + "\n" for k in kept))
+        self._file = open_stream(self.path, append=True)
+        self.write({"kind": "restart", "attempt": attempt, "units_done": units_done})
+
     def write(self, record: dict) -> None:
         record = _json_safe(record)
         self.records.append(record)
@@ -435,12 +455,13 @@ class MetricsLog:
 
 
 class Reporter:
-    """Output for people, on rank 0: a progress bar on a terminal, otherwise a line every ``every`` steps."""
+    """Output for people, on rank 0: a progress bar on a terminal, otherwise a line every ``every`` steps;
+    nothing at all with ``progress=False`` (warnings and the run's summary are not the reporter's)."""
 
     def __init__(self, *, total: int, unit: str, desc: str, every: int, enabled: bool, progress: bool,
                  stream=None, done: int = 0):
         self.total, self.unit, self.desc, self.every = total, unit, desc, every
-        self.enabled = enabled
+        self.enabled = enabled and progress
         self.stream = stream or sys.stdout
         self.done = done
         self.bar = progress_bar(total=total, desc=desc, unit=unit, enabled=enabled and progress, initial=done)

@@ -6,13 +6,14 @@ else, once for every family::
     Runtime.start                     join torchrun's group (or run alone), device, metrics log
       family.setup(rt)                data, model, optimizer, the distributed transforms (K = 1: a group of one)
       ckpt.resume -> family.restore   weights, optimizer, history, rows (in global terms) + the RNG, by the loop
+      after a restart                 a warning, and the metrics log continued (units past the checkpoint dropped)
       family.begin(done)              position the data where the run (or the checkpoint) stands
       rt.started()                    start-up ends here
       for unit in done .. total-1:
           ckpt.maybe_fail(unit + 1)   the fault point (testing aid)
           m = family.train_unit(unit) one epoch / step / batch, every rank together -> a typed record
           rt.between_units()          fewer threads while other processes hold the cores (--fixed-threads: not)
-          metrics log <- m.record()   a JSON line when the family has one for this unit
+          metrics log <- m.record()   a JSON line when the family has one for this unit (+ attempt, units done)
           progress    <- m.progress() the bar or a printed line (rank 0)
           ckpt.due -> ckpt.save(family.export() + the RNG)
       family.finish()                 in-flight work, final files of its own (e.g. --save)
@@ -34,7 +35,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
-from haloflow.engine.checkpoint import LoadedCheckpoint, Piece
+from haloflow.engine.checkpoint import LoadedCheckpoint, Piece, restart_count
 from haloflow.engine.runtime import Runtime, RuntimeConfig, TrainResult, synchronize
 
 __all__ = ["Family", "UnitMetrics", "Exported", "RunInfo", "SUMMARY_KEYS", "run", "Interrupted"]
@@ -157,9 +158,15 @@ def run(family: Family, runtime: RuntimeConfig) -> TrainResult:
         total = family.total_units()
         ckpt = rt.checkpointer(family.kind, family.identity())
         done = ckpt.resume(total, family.unit, family.more_flag, lambda loaded: _restore(family, loaded)) or 0
+        attempt = restart_count()
+        if attempt > 0:  # torchrun restarted every rank (--max-restarts): say so, and continue the log
+            rt.metrics.after_restart(done, attempt)
+            if rt.layout.is_main:
+                log.warning("restart %d: every rank restarted; continuing from %s %d (the last checkpoint)",
+                            attempt, family.unit, done)
         family.begin(done)
         rt.started()
-        train_s = _loop(family, rt, ckpt, done, total)
+        train_s = _loop(family, rt, ckpt, done, total, attempt)
         family.finish()
         info = RunInfo(rt=rt, total=total, resumed_at=done, train_s=train_s)
         metrics = family.evaluate(info)
@@ -184,7 +191,7 @@ def _restore(family: Family, loaded: LoadedCheckpoint) -> int:
     return loaded.step
 
 
-def _loop(family: Family, rt: Runtime, ckpt, done: int, total: int) -> float:
+def _loop(family: Family, rt: Runtime, ckpt, done: int, total: int, attempt: int) -> float:
     """Units ``done`` .. ``total - 1``, with the fault, log, progress and save points; returns the seconds."""
     lay = rt.layout
     reporter = rt.reporter(total=total, unit=family.unit, desc=f"train {family.kind} (K={lay.world_size})",
@@ -198,8 +205,8 @@ def _loop(family: Family, rt: Runtime, ckpt, done: int, total: int) -> float:
             metrics = family.train_unit(index)
             rt.between_units()  # the thread count follows the free cores (unless --fixed-threads)
             record = metrics.record()
-            if record is not None:
-                rt.metrics.write(record)
+            if record is not None:  # which attempt wrote it, and the units done then (a restart keeps those
+                rt.metrics.write({**record, "attempt": attempt, "units_done": index + 1})  # its checkpoint holds)
             reporter.update(metrics.progress())
             if ckpt.due(index + 1, total):
                 exported = family.export()

@@ -270,15 +270,22 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
     return Path(path)
 
 
-def open_stream(path: str | os.PathLike) -> IO:
+def open_stream(path: str | os.PathLike, *, append: bool = False) -> IO:
     """Open ``path`` for lines written as they come (a log that ``tail -f`` follows), line-buffered.
 
-    A regular file (or a link to one) is truncated, a FIFO or a character device is written through; nothing is
-    renamed, so what was written stays if the process dies. Write with ``reporting_full_disk(path)`` around.
+    A regular file (or a link to one) is truncated (``append``: added to), a FIFO or a character device is written
+    through; nothing is renamed, so what was written stays if the process dies. Write with
+    ``reporting_full_disk(path)`` around.
     """
     path = Path(path)
     stream, real = _file_target(path)
     with reporting_full_disk(path):
         if not stream:
             real.parent.mkdir(parents=True, exist_ok=True)
-        return open(path if stream else real, "w", buffering=1)
+        return open(path if stream else real, "a" if append and not stream else "w", buffering=1)
+
+
+def is_regular_target(path: str | os.PathLike) -> bool:
+    """Whether ``path`` names a regular file (or a link to one, or nothing yet): what can be read back and
+    rewritten, unlike a FIFO or a device."""
+    return not _file_target(Path(path))[0]

@@ -40,7 +40,8 @@ from haloflow.models.dlrm import DLRMConfig, dlrm_loss
 from haloflow.partition.planner.plan_io import load_plan
 from haloflow.partition.planner.planner import table_wise_plan
 
-__all__ = ["DLRMTrainConfig", "DLRMTrainResult", "DLRMFamily", "StepLog", "train_dlrm", "auc_rank_sum"]
+__all__ = ["DLRMTrainConfig", "DLRMTrainResult", "DLRMFamily", "StepLog", "train_dlrm", "auc_rank_sum", "score_split",
+           "click_metrics"]
 
 log = logging.getLogger(__name__)
 
@@ -345,26 +346,47 @@ class DLRMFamily:
                                cache=_cache_record(self.net.embeddings), resumed_at=run.resumed_at)
 
 
-@torch.no_grad()
 def _evaluate(net: DistributedDLRM, data: _Data, layout: ParallelLayout, config: DLRMTrainConfig
               ) -> tuple[float, float]:
-    scores, labels, count = [], [], 0
-    loss_sum = torch.zeros(1, dtype=torch.float64, device=layout.device)
-    for i, batch in enumerate(data.batches("val")):
-        if config.max_eval_batches is not None and i >= config.max_eval_batches:
+    _, logits, labels = score_split(net, data, layout, config, "val", config.max_eval_batches)
+    return click_metrics(logits, labels)
+
+
+@torch.no_grad()
+def score_split(net: DistributedDLRM, data: _Data, layout: ParallelLayout, config: DLRMTrainConfig, split: str,
+                max_batches: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Every row of ``split`` (the first ``max_batches`` batches): its index in the split, logit and label,
+    gathered from every rank and put in row order (CPU tensors, the same on every rank).
+
+    The metrics are computed from these in row order, so that they depend on the scores alone, not on how the
+    ranks cut the batches (``predict_dlrm`` reports the same numbers as the trainer)."""
+    ids, scores, labels = [], [], []
+    B, dtype = config.batch_size, getattr(torch, config.dtype)
+    for i, batch in enumerate(data.batches(split)):
+        if max_batches is not None and i >= max_batches:
             break
-        mine, sizes = _local(batch, layout, getattr(torch, config.dtype))
-        logits = net(mine.dense, mine.sparse, sizes)
-        loss_sum += dlrm_loss(logits, mine.labels, global_batch_size=1).double()  # the sum over the slice
-        count += batch.batch_size
-        scores.append(logits)
-        labels.append(mine.labels)
-    if count == 0:
-        return float("nan"), float("nan")
-    loss_sum = _all_sum(loss_sum, layout)
+        mine, sizes = _local(batch, layout, dtype)
+        logits = net(mine.dense, mine.sparse, sizes)  # (B_r,)
+        lo = i * B + sum(sizes[: layout.rank])  # every batch but the last holds B rows
+        ids.append(torch.arange(lo, lo + sizes[layout.rank], dtype=torch.int64))
+        scores.append(logits.double())
+        labels.append(mine.labels.double())
+    if not ids:
+        empty = torch.zeros(0, dtype=torch.float64)
+        return torch.zeros(0, dtype=torch.int64), empty, empty
+    all_ids = all_gather_cat(torch.cat(ids), layout.group).cpu()
+    order = torch.argsort(all_ids, stable=True)
     all_scores = all_gather_cat(torch.cat(scores), layout.group).cpu()
     all_labels = all_gather_cat(torch.cat(labels), layout.group).cpu()
-    return float(loss_sum) / count, auc_rank_sum(all_scores, all_labels)
+    return all_ids[order], all_scores[order], all_labels[order]
+
+
+def click_metrics(logits: torch.Tensor, labels: torch.Tensor) -> tuple[float, float]:
+    """(log-loss, AUC) of logits (n,) against labels (n,), in float64 in the given order; NaN for no rows."""
+    if logits.numel() == 0:
+        return float("nan"), float("nan")
+    loss = torch.nn.functional.binary_cross_entropy_with_logits(logits.double(), labels.double(), reduction="sum")
+    return float(loss) / logits.numel(), auc_rank_sum(logits, labels)
 
 
 def train_dlrm(config: DLRMTrainConfig) -> DLRMTrainResult:

@@ -46,7 +46,7 @@ from haloflow.models.temporal_metrics import average_precision, mean_reciprocal_
 from haloflow.models.tgn import TGN, TGNBatch, make_tgn_batch, tgn_batch_loss, tgn_messages
 from haloflow.models.tgn_memory import MemoryRows
 
-__all__ = ["TGNTrainConfig", "TGNTrainResult", "TGNFamily", "BatchLog", "train_tgn", "read_events"]
+__all__ = ["TGNTrainConfig", "TGNTrainResult", "TGNFamily", "BatchLog", "train_tgn", "read_events", "evaluate_stream"]
 
 log = logging.getLogger(__name__)
 
@@ -236,7 +236,7 @@ class TGNFamily:
         pass
 
     def evaluate(self, run: RunInfo) -> dict[str, float]:
-        metrics = _evaluate(self) if self.config.eval else {}
+        metrics = evaluate_stream(self) if self.config.eval else {}
         return {"events_per_s": self._events_per_s(run), **metrics}
 
     def _events_per_s(self, run: RunInfo) -> float:
@@ -274,8 +274,11 @@ def _batches(ids: np.ndarray, size: int) -> list[np.ndarray]:
 
 
 @torch.no_grad()
-def _evaluate(fam: TGNFamily) -> dict[str, float]:
+def evaluate_stream(fam: TGNFamily, scores: dict | None = None) -> dict[str, float]:
     """Validation then test, the memory following the stream from where training left it (TGN's protocol).
+
+    ``scores``: when given, it receives ``part -> (event ids, positive logits, negative logits)`` of every
+    event of the part, in stream order (what ``predict_tgn`` writes).
 
     MRR (TGB's protocol): each of the first ``mrr_events`` test events is scored against ``mrr_negatives`` fixed
     negatives, with the memory as it stands before the event's batch (one extra pass per negative column that
@@ -306,6 +309,8 @@ def _evaluate(fam: TGNFamily) -> dict[str, float]:
         eids = all_gather_cat(torch.cat(mine), lay.group).numpy()
         order = np.argsort(eids, kind="stable")  # back to stream order
         pos_all, neg_all, eids = gather(pos)[order], gather(neg)[order], eids[order]
+        if scores is not None:
+            scores[part] = (eids, pos_all, neg_all)
         new = (fam.inductive.new_node_val_mask if part == "val" else fam.inductive.new_node_test_mask)[eids]
         out[f"{part}_ap"] = average_precision(pos_all, neg_all)
         out[f"{part}_auc"] = roc_auc(pos_all, neg_all)
