@@ -22,7 +22,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from haloflow._malloc import trim
+from haloflow.host.malloc import trim
 from haloflow.partition.ooc.budget import MemoryPlan, raise_open_files
 from haloflow.partition.ooc.route import PartBuckets
 from haloflow.partition.stats import PartitionStats

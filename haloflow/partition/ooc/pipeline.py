@@ -22,7 +22,7 @@ import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from haloflow._malloc import trim
+from haloflow.host.malloc import trim
 from haloflow.data.edge_source import EdgeSource
 from haloflow.data.graph_folder import NodeArrays
 from haloflow.errors import ConfigError
@@ -73,7 +73,7 @@ class _Stages:
         self._t = time.perf_counter()
 
     def done(self, name: str) -> None:
-        trim()  # what the stage freed leaves the resident set (haloflow keeps freed blocks for reuse: _malloc.py)
+        trim()  # what the stage freed leaves the resident set (haloflow keeps freed blocks for reuse: host/malloc.py)
         now = time.perf_counter()
         self.times[name] = self.times.get(name, 0.0) + now - self._t
         log.info("%s: %.2f s (peak resident memory so far %s)", name, now - self._t, format_bytes(peak_rss_bytes()))
