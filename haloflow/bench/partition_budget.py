@@ -100,10 +100,11 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     ap = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--budgets", default="256MiB,384MiB,1GiB", help="comma-separated budgets (default: %(default)s)")
     ap.add_argument("--ratio", type=float, default=4.0, help="edge file size / budget (default: %(default)s)")
-    ap.add_argument("--parts", type=int, default=16, help="K (default: %(default)s)")
+    ap.add_argument("--parts", type=int, default=16, help="parts K of every run (default: %(default)s)")
     ap.add_argument("--work", default="bench-work/partition-budget", help="where inputs, outputs and temporary "
                     "files go (default: %(default)s)")
-    ap.add_argument("--out", default="bench-results/partition_budget.json")
+    ap.add_argument("--out", default="bench-results/partition_budget.json",
+                    help="where the JSON results go (default: %(default)s)")
     args = ap.parse_args(argv)
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
