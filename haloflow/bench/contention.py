@@ -3,9 +3,9 @@
     haloflow bench contention [--load 2] [--threads 1 2] [--rounds 7] [--steps 40] [--families gcn dlrm tgn]
 
 The same GCN, DLRM and TGN steps on both sides (``contention_steps.py``), each side in worker processes of its
-own, one per thread count, so that each side's OpenMP runtime starts as its users' would: haloflow's imports
-haloflow first (its wait policy, ``haloflow/host/openmp.py``); the peer's imports torch first, in the caller's
-environment less haloflow's defaults (stock PyTorch). haloflow runs as a user's run does (its thread count
+own, one per thread count, so that each side's OpenMP runtime starts as its users' would: haloflow's applies
+haloflow's process settings before torch loads, as the CLI does (its wait policy, ``haloflow/host/openmp.py``); the
+peer's imports torch first, in the caller's environment less haloflow's defaults (stock PyTorch). haloflow runs as a user's run does (its thread count
 follows the free cores); a third side, the control, is haloflow with ``--fixed-threads``, where threads > 1.
 The co-tenants are ``--load`` processes running ``while True: pass``, started and killed by the benchmark::
 
@@ -47,6 +47,9 @@ LABELS = {"haloflow": "haloflow", "fixed": "haloflow --fixed-threads", "peer": "
 REPLY = "@contention "  # prefix of a worker's protocol lines on stdout (anything else there is ignored)
 # The peer imports torch before haloflow, so that torch's OpenMP runtime reads the caller's environment alone.
 PEER_BOOT = "import sys, torch; from haloflow.bench.contention import main; sys.exit(main(sys.argv[1:]))"
+# haloflow's side starts as the CLI does: its process settings (haloflow/host) applied before torch loads
+HALOFLOW_BOOT = ("import sys, haloflow.host; haloflow.host.apply(); from haloflow.bench.contention import main; "
+                 "sys.exit(main(sys.argv[1:]))")
 
 
 # ------------------------------------------------------------------------------------------------ co-tenants
@@ -88,7 +91,7 @@ class Worker:
         opts = ["--worker", side, "--size", args.size, "--warmup", str(args.warmup), "--seed", str(args.seed),
                 "--families", *args.families]
         argv = ([sys.executable, "-c", PEER_BOOT, *opts] if side == "peer"
-                else [sys.executable, "-m", "haloflow.bench.contention", *opts])
+                else [sys.executable, "-c", HALOFLOW_BOOT, *opts])
         env = {**caller_environ(), "OMP_NUM_THREADS": str(threads)}
         self.side, self.threads = side, threads
         self.stderr = tempfile.TemporaryFile(mode="w+")
