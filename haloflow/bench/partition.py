@@ -15,8 +15,9 @@ R-MAT; `--balance nodes,edges` meets 1.05 on both weights.
 
 ``--walshaw``: the table of Walshaw's partitioning archive (cut edges at a fixed imbalance, here METIS's 3 %) for
 METIS, KaHIP strong, KaMinPar default, eco and strong, Mt-KaHyPar strong, auto, and Fennel (auto and multilevel
-starts) on a finite-element-like mesh (``data/meshes.py``, 15,606 nodes like Walshaw's 4elt), the Delaunay triangulation of
-100,000 random points, K = 2..64, and USA-road-NE at K = 4 and 16: each cell cut edges, seconds and peak extra MiB.
+starts) on a finite-element-like mesh (``data/meshes.py``, 15,606 nodes like Walshaw's 4elt), the Delaunay
+triangulation of 100,000 random points, K = 2..64, and USA-road-NE at K = 4 and 16: each cell cut edges, seconds and
+peak extra MiB.
 Targets (issue 35): the best library at most 0.92x METIS's cut and auto at most 1.0x in at most 3x METIS's time.
 KaMinPar's own "default" context is not a preset here (fast / eco / strong are): the column ``kaminpar:default``
 measures it, called directly (``kaminpar_partition(..., context="default")``), without the rebalancing step.
