@@ -60,8 +60,9 @@ def register(subparsers) -> None:
         help="partitioner (default: metis). kahip, mtkahypar and kaminpar are optional packages (pip install NAME, "
         "or haloflow[partitioners]) run at --preset with METIS's 3%% imbalance (or a tighter --imbalance); auto runs "
         "METIS, then each library installed, best first (kahip strong, mtkahypar strong, kaminpar strong, eco, "
-        "fast), whose predicted time (edges x its rate measured on 2 cores) still fits in --time-budget x METIS's "
-        "time, and keeps the smallest cut, so it never cuts more than METIS",
+        "fast), whose predicted time (edges x its rate measured on 2 cores, x the load average per CPU when over 1) still fits in --time-budget x METIS's "
+        "time, and keeps the smallest cut, so it never cuts more than METIS (haloflow -v partition logs what it "
+        "tried and kept)",
     )
     p.add_argument("--preset", choices=PRESETS, default=DEFAULT_PRESET,
                    help="kahip, mtkahypar, kaminpar: the library's configuration, fast, eco or strong (default: "

@@ -5,6 +5,7 @@ The rule (also in ``haloflow partition --help``)::
     1. METIS runs (always present); its wall time t sets the budget B = time_budget x t (default 3t)
     2. the libraries installed, best quality first (order below), each runs when  spent + predicted <= B:
          predicted = rate x CSR entries x log2(K) / 2,  divided by threads / 2 for the threaded libraries,
+         times max(1, load average / CPUs) (a busy machine runs them slower: measured below),
          the rates measured here (2 shared cores); after each run, the predictions still to come are scaled by
          that run's measured / predicted
     3. the smallest edge cut wins (METIS on a tie), so auto never cuts more than METIS
@@ -23,6 +24,11 @@ strong took 17x METIS's time on the FE mesh, 1.6x on the road network). At the d
 small meshes (a library's fixed cost alone is over 2x METIS's 10 ms there) and KaMinPar on the road network (its
 strong preset cut 0.53x METIS's edges at K = 4 in 1.6x the time). ``spent`` counts only the partitioners' calls,
 not the cut counting between them (one pass over the adjacency).
+
+Why the load average: in the benchmark of 2026-12-06 (load average 5-6 on the 2 cores from other jobs) KaMinPar
+strong on USA-road-NE K = 4 took 3.9 s and Mt-KaHyPar 21.6 s against 2.7 s and 4.8 s an hour earlier, and auto,
+predicting from the quiet rates, took 5.7x METIS's time. The load average is what the kernel measures of that
+contention, so it scales the predictions (and a loaded machine keeps METIS).
 """
 
 from __future__ import annotations
@@ -94,7 +100,9 @@ def auto_partition(xadj: np.ndarray, adjncy: np.ndarray, num_parts: int, *, vwei
     winner = "metis"
     if num_parts > 1:
         threads = threads or (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1)
-        scale = 1.0  # measured / predicted of the last library run
+        cpus = os.cpu_count() or 1
+        busy = max(1.0, os.getloadavg()[0] / cpus) if hasattr(os, "getloadavg") else 1.0
+        scale = busy  # measured / predicted of the last library run; before any, the machine's load
         for c in AUTO_CANDIDATES:
             if not _installed(c.method):
                 continue
@@ -113,6 +121,6 @@ def auto_partition(xadj: np.ndarray, adjncy: np.ndarray, num_parts: int, *, vwei
             tried.append((f"{c.method}/{c.preset}", cut, took))
             if cut < best_cut:
                 best, best_cut, winner = parts, cut, f"{c.method}/{c.preset}"
-    log.info("auto: kept %s; tried (method, cut entries, seconds) %s within %.1fx METIS's %.3f s", winner, tried,
-             time_budget, unit)
+    log.info("auto: kept %s; tried (method, cut entries, seconds) %s within %.1fx METIS's %.3f s (load average "
+             "%.1f)", winner, tried, time_budget, unit, os.getloadavg()[0] if hasattr(os, "getloadavg") else -1)
     return best, AutoChoice(winner=winner, tried=tuple(tried))

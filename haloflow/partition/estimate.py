@@ -62,7 +62,11 @@ class Estimate:
 
 def input_edges(path: str | os.PathLike, fmt: str) -> tuple[int | None, str]:
     """(E, how E was found) for the input, reading only headers or a sample; (None, why) when not possible."""
+    from haloflow.data.textscan import is_pipe
+
     path = Path(path)
+    if is_pipe(path):  # read once, by the reader: a sample taken here would be missing from the graph
+        return None, "a pipe is not sampled before it is read"
     try:
         if fmt == "arrays":
             path = path / "edges.npy"

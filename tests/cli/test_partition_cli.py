@@ -148,14 +148,15 @@ def test_an_edge_list_piped_into_dev_stdin_is_read(tmp_path):
     import subprocess
     import sys
 
-    out = tmp_path / "parts"
-    proc = subprocess.run([sys.executable, "-m", "haloflow", "partition", "/dev/stdin", "--parts", "2",
-                           "--method", "random", "--out", str(out)], input=b"0 1\n1 2\n", capture_output=True,
-                          timeout=120)
-    assert proc.returncode == 0, proc.stderr.decode()[-2000:]
-    estimate, rest = proc.stdout.decode().split("\n", 1)
-    assert estimate.startswith("estimate before reading: unknown")  # a pipe is read once: no sample of it first
-    assert rest.startswith("stdin: 3 nodes, 2 undirected edges")
+    for fmt in ([], ["--format", "snap"]):  # named or detected, the estimate must not sample the pipe
+        out = tmp_path / f"parts{len(fmt)}"
+        proc = subprocess.run([sys.executable, "-m", "haloflow", "partition", "/dev/stdin", "--parts", "2",
+                               "--method", "random", *fmt, "--out", str(out)], input=b"0 1\n1 2\n",
+                              capture_output=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr.decode()[-2000:]
+        estimate, rest = proc.stdout.decode().split("\n", 1)
+        assert estimate.startswith("estimate before reading: unknown")  # a pipe is read once: never sampled first
+        assert rest.startswith("stdin: 3 nodes, 2 undirected edges")
     assert load_meta(out).num_nodes == 3
 
 

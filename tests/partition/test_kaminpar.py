@@ -42,3 +42,14 @@ def test_kaminpar_loads_the_file_as_the_graph_and_weights_it_was_given(tmp_path)
     for v in (0, 123, 499):
         assert sorted(u for u, _ in loaded.neighbors(v)) == sorted(g.indices[g.indptr[v]:g.indptr[v + 1]].tolist())
         assert loaded.node_weight(v) == weights[v]
+
+
+def test_one_of_kaminpars_own_contexts_may_be_named_and_a_wrong_name_is_refused():
+    pytest.importorskip("kaminpar")
+    from haloflow.errors import ConfigError
+
+    g = delaunay_graph(1000, seed=1)
+    parts = kaminpar_partition(g.indptr, g.indices, 4, imbalance=1.03, threads=1, context="default")
+    assert np.bincount(parts, minlength=4).max() <= 1.03 * 1000 / 4 + 1
+    with pytest.raises(ConfigError, match=r"KaMinPar context must be one of .*default.*; got 'best'"):
+        kaminpar_partition(g.indptr, g.indices, 4, context="best")
