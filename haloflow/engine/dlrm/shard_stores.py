@@ -92,7 +92,8 @@ class ShardStores:
         else:
             backing = BackingStore.create(self.backing_dir / name, n, d, self.optimizer, weight=weight, name=name,
                                           overwrite=True)
-        config = replace(self.cache if self.cache is not None else CacheConfig(), num_slots=slots, ratio=None)
+        config = (CacheConfig(num_slots=slots) if self.cache is None
+                  else replace(self.cache, num_slots=slots, ratio=None))  # this store's own size, the rest as asked
         histogram = None
         if self.histograms is not None and table is not None:
             lo, hi = rows if rows is not None else (0, n)
