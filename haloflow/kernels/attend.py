@@ -38,7 +38,7 @@ import torch
 from numba import njit, prange
 
 from haloflow.host.threads import follow_torch_threads
-from haloflow.kernels._registry import Op, register
+from haloflow.kernels._registry import Op, call, eager, register
 
 __all__ = ["attend"]
 
@@ -280,7 +280,7 @@ def _backward(ctx, _g_p, g_pd, g_xbar):
     g_pd = torch.zeros_like(pd) if g_pd is None else g_pd
     g_xbar = torch.zeros_like(qk) if g_xbar is None else g_xbar
     need = ctx.needs_input_grad
-    g_qk, g_mem, g_phi = _attend_backward(qk, mem, phi, rows, feat, mask, mult, p, pd, g_pd, g_xbar, need[1])
+    g_qk, g_mem, g_phi = call(BACKWARD, qk, mem, phi, rows, feat, mask, mult, p, pd, g_pd, g_xbar, need[1])
     return g_qk, (g_mem if need[1] else None), g_phi, None, None, None, None
 
 
@@ -301,7 +301,7 @@ def attend(qk: torch.Tensor, memory: torch.Tensor, rows: torch.Tensor, feat: tor
         qk (Q, H, M+F+T);  memory (n, M);  rows int64 (Q, k) in [0, n);  feat (Q, k, F);  phi (Q, k, T);
         mask bool (Q, k);  mult (Q, H, k)  ->  pd (Q, H, k), xbar (Q, H, M+F+T).
     """
-    _p, pd, xbar = _attend(qk, memory, phi, rows, feat, mask, mult.to(qk.dtype))
+    _p, pd, xbar = _EAGER(qk, memory, phi, rows, feat, mask, mult.to(qk.dtype))
     return pd, xbar
 
 
@@ -310,3 +310,4 @@ OP = register(Op("attend", stock=stock, cpu=cpu, custom_op=torch.ops.haloflow.at
 BACKWARD = register(Op("attend_backward", stock=stock_backward, cpu=cpu_backward,
                        custom_op=torch.ops.haloflow.attend_backward,
                        doc="its backward; the memory gradient one row at a time over the slots that read it"))
+_EAGER = eager(OP, _setup, _backward)

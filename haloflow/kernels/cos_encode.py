@@ -35,7 +35,7 @@ import torch
 from numba import njit, prange
 
 from haloflow.host.threads import follow_torch_threads
-from haloflow.kernels._registry import Op, register
+from haloflow.kernels._registry import Op, call, eager, register
 
 __all__ = ["cos_encode"]
 
@@ -236,7 +236,7 @@ def _backward(ctx, grad, _grad_sin):
     need = ctx.needs_input_grad
     if grad is None or not any(need[:3]):
         return None, None, None, None, None
-    g_dt, g_w, g_b = _cos_encode_backward(dt, w, sin_a, mask, grad.contiguous(), need[0])
+    g_dt, g_w, g_b = call(BACKWARD, dt, w, sin_a, mask, grad.contiguous(), need[0])
     return (g_dt if need[0] else None), (g_w if need[1] else None), (g_b if need[2] else None), None, None
 
 
@@ -256,7 +256,7 @@ def cos_encode(dt: torch.Tensor, w: torch.Tensor, b: torch.Tensor, mask: torch.T
     if mask.shape != dt.shape:
         raise ValueError(f"cos_encode: mask {tuple(mask.shape)} must have the shape of dt {tuple(dt.shape)}")
     want_sin = torch.is_grad_enabled() and any(t.requires_grad for t in (dt, w, b))
-    phi, _ = _cos_encode(dt.reshape(-1), w, b, mask.reshape(-1), want_sin)
+    phi, _ = _EAGER(dt.reshape(-1), w, b, mask.reshape(-1), want_sin)
     return phi.view(*dt.shape, w.shape[0])
 
 
@@ -265,3 +265,4 @@ OP = register(Op("cos_encode", stock=stock, cpu=cpu, custom_op=torch.ops.haloflo
 BACKWARD = register(Op("cos_encode_backward", stock=stock_backward, cpu=cpu_backward,
                        custom_op=torch.ops.haloflow.cos_encode_backward,
                        doc="its backward: g_dt, g_w, g_b in a fixed chunk order"))
+_EAGER = eager(OP, _setup, _backward)

@@ -36,7 +36,7 @@ import torch
 from numba import njit, prange
 
 from haloflow.host.threads import follow_torch_threads
-from haloflow.kernels._registry import Op, register
+from haloflow.kernels._registry import Op, call, eager, register
 
 __all__ = ["gru_gates"]
 
@@ -165,7 +165,7 @@ def _backward(ctx, g, *_unused):
     need = ctx.needs_input_grad
     if g is None:
         return None, None, None, None
-    g_hp, g_h = _gru_gates_backward(g.contiguous(), rz, n, gh_n, h)
+    g_hp, g_h = call(BACKWARD, g.contiguous(), rz, n, gh_n, h)
     m = h.shape[1]
     g_b = g_hp[:, 3 * m:].sum(0) if need[2] else None
     return (g_hp[:, :3 * m] if need[0] else None), (g_hp if need[1] else None), g_b, (g_h if need[3] else None)
@@ -180,7 +180,7 @@ def gru_gates(xp: torch.Tensor, hp: torch.Tensor, b_gh: torch.Tensor, h: torch.T
     Shapes:
         xp (n, 3M);  hp (n, 4M);  b_gh (M,);  h (n, M)  ->  (n, M).
     """
-    return _gru_gates(xp, hp, b_gh, h)[0]
+    return _EAGER(xp, hp, b_gh, h)[0]
 
 
 OP = register(Op("gru_gates", stock=stock, cpu=cpu, custom_op=torch.ops.haloflow.gru_gates,
@@ -188,3 +188,4 @@ OP = register(Op("gru_gates", stock=stock, cpu=cpu, custom_op=torch.ops.haloflow
 BACKWARD = register(Op("gru_gates_backward", stock=stock_backward, cpu=cpu_backward,
                        custom_op=torch.ops.haloflow.gru_gates_backward,
                        doc="its backward in one pass over the rows"))
+_EAGER = eager(OP, _setup, _backward)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from haloflow.kernels._registry import Op, register
+from haloflow.kernels._registry import Op, call, eager, register
 
 __all__ = ["interaction"]
 
@@ -87,7 +87,7 @@ def _backward(ctx, grad, _grad_v):
     v, flat = ctx.saved_tensors
     if grad is None:
         return None, None, None
-    grad_z, grad_pooled = _interaction_backward(grad.contiguous(), v, flat)
+    grad_z, grad_pooled = call(BACKWARD, grad.contiguous(), v, flat)
     return grad_z, grad_pooled, None
 
 
@@ -101,10 +101,11 @@ def interaction(z: Tensor, pooled: Tensor) -> Tensor:
         z (B, D), pooled (B, T, D) -> (B, D + (T+1)T/2): ``[z, <v_i, v_j> for i in 1..T for j in 0..i-1]``
         where v_0 = z and v_i = pooled[:, i-1].
     """
-    return _interaction(z, pooled, pair_index(pooled.shape[1] + 1, z.device))[0]
+    return _EAGER(z, pooled, pair_index(pooled.shape[1] + 1, z.device))[0]
 
 
 OP = register(Op("interaction", stock=stock, custom_op=torch.ops.haloflow.interaction,
                  doc="DLRM's pairwise dots without self pairs"))
 BACKWARD = register(Op("interaction_backward", stock=stock_backward, custom_op=torch.ops.haloflow.interaction_backward,
                        doc="its backward: one index_copy_ into the lower triangle, then (G + G^T) v"))
+_EAGER = eager(OP, _setup, _backward)

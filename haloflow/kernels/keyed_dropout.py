@@ -33,7 +33,7 @@ from numba import njit, prange
 
 from haloflow.errors import ConfigError
 from haloflow.host.threads import follow_torch_threads
-from haloflow.kernels._registry import Op, register, triton_available
+from haloflow.kernels._registry import Op, call, eager, register, triton_available
 from haloflow.utils.splitmix import GOLDEN as _GOLDEN, M1 as _M1, M2 as _M2, mix as _mix, py_mix
 
 __all__ = ["keyed_dropout", "dropout_mask", "base_key", "threshold"]
@@ -218,7 +218,7 @@ def _backward(ctx, grad, _grad_mask):
     (mask,) = ctx.saved_tensors
     if grad is None:
         return None, None, None, None, None, None, None
-    return _masked_scale(grad, mask, ctx.scale), None, None, None, None, None, None
+    return call(MASKED_SCALE, grad, mask, ctx.scale), None, None, None, None, None, None
 
 
 _keyed_dropout.register_autograd(_backward, setup_context=_setup)
@@ -260,8 +260,7 @@ def keyed_dropout(
     if not training or p == 0.0:
         return torch.relu(h) if relu else h
     want_mask = h.requires_grad and torch.is_grad_enabled()
-    out, _ = _keyed_dropout(h, node_ids, base_key(seed, epoch, layer), threshold(p), 1.0 / (1.0 - p), relu,
-                            want_mask)
+    out, _ = _EAGER(h, node_ids, base_key(seed, epoch, layer), threshold(p), 1.0 / (1.0 - p), relu, want_mask)
     return out
 
 
@@ -269,13 +268,16 @@ def dropout_mask(node_ids: torch.Tensor, n_cols: int, *, p: float, seed: int, ep
     """bool (len(node_ids), n_cols) on node_ids' device: True where `keyed_dropout` keeps the element."""
     ones = torch.ones(node_ids.shape[0], n_cols, device=node_ids.device)
     with torch.no_grad():
-        _, mask = _keyed_dropout(ones, node_ids, base_key(seed, epoch, layer), threshold(p), 1.0, False, True)
+        _, mask = call(OP, ones, node_ids, base_key(seed, epoch, layer), threshold(p), 1.0, False, True)
     return mask.to(torch.bool)
 
 
-OP = register(Op("keyed_dropout", stock=stock, cpu=cpu, gpu=gpu, bitwise=frozenset({"cpu", "gpu"}),
+OP = register(Op("keyed_dropout", stock=stock, cpu=cpu, gpu=gpu if triton_available() else None,
+                 bitwise=frozenset({"cpu", "gpu"}),
                  custom_op=torch.ops.haloflow.keyed_dropout,
                  doc="dropout keyed by (seed, epoch, layer, global id, column); one fused pass"))
 MASKED_SCALE = register(Op("masked_scale", stock=stock_backward, cpu=cpu_backward, bitwise=frozenset({"cpu"}),
                            custom_op=torch.ops.haloflow.masked_scale,
                            doc="keyed_dropout's backward: g * mask * scale"))
+
+_EAGER = eager(OP, _setup, _backward)
