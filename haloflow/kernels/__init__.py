@@ -17,7 +17,7 @@ CPU body and a GPU body registered beside it. The models call these ops and read
     (each ``haloflow::<op>`` has a ``<op>_backward`` op beside it, with the same bodies)
 
 A custom op (``torch.library.custom_op``) lets torch pick the body by the inputs' device and carries its own
-backward; ``torch.library.opcheck`` tests it. A table op (``_registry.pick``: a dict lookup by device) is for the
+backward; ``torch.library.opcheck`` tests it. A table op (``_registry.call``: a dict lookup by device) is for the
 per-table and per-batch writes, where a custom op's dispatch would cost more than the work: measured here, a call
 through ``custom_op`` with autograd took ~24 us against ~14 us for an ``autograd.Function`` and ~6 us for the op
 alone (2-core Xeon, torch 2.13).

@@ -14,7 +14,7 @@ same bodies: `eager` wraps an op's body (picked from this table by the inputs' d
 its ``backward`` in one ``torch.autograd.Function``, and `call` runs a body straight from the table. Measured on
 the 2-core AMD VM (2026-12-06): a call through the custom op's dispatcher took 62-72 us against 36 us through an
 ``autograd.Function`` (and 28 us for the body alone), which made a TGN batch (9 such calls) 6 % slower. A table op
-(``pick``) has no custom op at all: the per-table writes.
+(`call` alone) has no custom op at all: the per-table writes.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import torch
 from torch.utils._python_dispatch import _get_current_dispatch_mode as _current_dispatch_mode
 
-__all__ = ["Op", "OPS", "register", "pick", "call", "eager", "triton_available"]
+__all__ = ["Op", "OPS", "register", "call", "eager", "triton_available"]
 
 
 @dataclass(frozen=True)
@@ -56,18 +56,16 @@ def register(op: Op) -> Op:
     return op
 
 
-def pick(op: Op, like: torch.Tensor) -> Callable:
-    """The body of a table op for tensors on ``like``'s device."""
-    return op.body(like.device)
-
-
 def triton_available() -> bool:
     """Whether Triton can be imported (the GPU bodies; on a CPU-only machine the tests run them interpreted)."""
     return importlib.util.find_spec("triton") is not None
 
 
 def _device(args) -> torch.device:
+    """The device of the first tensor among ``args`` (a list or tuple of tensors counts by its first)."""
     for a in args:
+        if isinstance(a, (list, tuple)) and a and isinstance(a[0], torch.Tensor):
+            a = a[0]
         if isinstance(a, torch.Tensor):
             return a.device
     return torch.device("cpu")
@@ -98,8 +96,10 @@ def eager(op: Op, setup_context: Callable, backward: Callable) -> Callable:
     class Eager(torch.autograd.Function):
         @staticmethod
         def forward(*args):
-            args = tuple(a.detach() if isinstance(a, torch.Tensor) else a for a in args)  # bodies read .numpy()
-            return op.body(_device(args))(*args)
+            body = op.body(_device(args))
+            if body is not op.stock:  # a compiled body reads .numpy(), which a tensor that requires grad refuses
+                args = tuple(a.detach() if isinstance(a, torch.Tensor) and a.requires_grad else a for a in args)
+            return body(*args)
 
         @staticmethod
         def setup_context(ctx, inputs, output):

@@ -24,7 +24,7 @@ import torch
 from numba import njit, prange
 
 from haloflow.host.threads import follow_torch_threads
-from haloflow.kernels._registry import Op, pick, register
+from haloflow.kernels._registry import Op, call, register
 
 __all__ = ["write_newest"]
 
@@ -88,4 +88,4 @@ def write_newest(state: list[torch.Tensor], rows: torch.Tensor, update: list[tor
         state: fields (N, ...);  rows int64 (u,);  update: fields (u, ...) in the same order;  eids int64 (u,).
     """
     if rows.numel():
-        pick(OP, state[0])(state, rows, update, eids)
+        call(OP, state, rows, update, eids)

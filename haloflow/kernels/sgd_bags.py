@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from numba import njit
 from torch import Tensor
 
-from haloflow.kernels._registry import Op, pick, register
+from haloflow.kernels._registry import Op, call, register
 
 __all__ = ["fused_sgd_bags", "fused_sgd_bag"]
 
@@ -103,7 +103,7 @@ class _FusedSGDBags(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: Tensor):
         grad = grad.contiguous()  # (B, T, D)
-        pick(SGD_TABLES, grad)(ctx.weights, ctx.per_table, ctx.offsets, ctx.lengths, ctx.counts, grad, ctx.lr)
+        call(SGD_TABLES, ctx.weights, ctx.per_table, ctx.offsets, ctx.lengths, ctx.counts, grad, ctx.lr)
         T = len(ctx.weights)
         ctx.weights = ctx.per_table = ctx.offsets = ctx.lengths = None
         return (None, None, None, None, None, *([None] * T))
@@ -128,7 +128,7 @@ class _FusedSGDBag(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad: Tensor):
-        pick(SGD_ROWS, grad)(ctx.weight, ctx.ids, ctx.offsets, grad.unsqueeze(1), 0, ctx.lr)
+        call(SGD_ROWS, ctx.weight, ctx.ids, ctx.offsets, grad.unsqueeze(1), 0, ctx.lr)
         ctx.weight = ctx.ids = ctx.offsets = None
         return None, None, None, None
 
