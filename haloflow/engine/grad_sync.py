@@ -13,8 +13,9 @@ Buckets follow the reverse order of ``parameters()`` (the order backward produce
     hook(p)  copy p.grad into its bucket; when the bucket is full, launch its reduce-scatter (buckets launch
              strictly in index order, so every rank issues the same collectives in the same order):
                all_to_all: chunk q of my bucket -> rank q            rank r receives (K, c_r): chunk r of everyone
-    wait()   per bucket: wait, sum the K rows in rank order 0, 1, ..., K-1 (bit-identical on every rank, every
-             run), launch the all-gather of the summed chunk (an all-to-all that sends it to every rank, straight
+    wait()   per bucket: wait, sum the K rows by the pairwise tree over ranks, (r0 + r1) + (r2 + r3)
+             (bit-identical on every rank, every run; with V logical workers, the upper levels of the V-tree
+             whose lower levels each rank summed: ``engine/logical.py``), launch the all-gather of the summed chunk (an all-to-all that sends it to every rank, straight
              into the flat bucket); then wait for every gather and write the sums into p.grad
 
 Bytes a rank sends per bucket of n floats: (n - c_r) in the reduce-scatter and (K-1) c_r in the all-gather,
@@ -33,6 +34,7 @@ import torch.distributed as dist
 from torch import nn
 
 from haloflow.engine.comm import CommStats, wait_work
+from haloflow.engine.logical import tree_sum
 from haloflow.engine.run_config import GradSyncConfig
 
 __all__ = ["GradSyncConfig", "BucketedGradSync", "chunk_sizes", "sync_bytes"]
@@ -172,9 +174,7 @@ class BucketedGradSync:
         wait_work(bucket.work, f"gradient reduce-scatter (bucket {b})", self.stats, self.kind)
         mine = bucket.chunks[self.rank]
         rows = bucket.received.view(self.world, mine)  # (K, c_r)
-        total = rows[0].clone()
-        for q in range(1, self.world):  # fixed order: bit-identical on every rank and every run
-            total += rows[q]
+        total = tree_sum(rows.unbind(0))  # fixed order (the pairwise tree over ranks): the V-tree of ``logical``
         bucket.work = self._all_to_all(bucket.flat, total.repeat(self.world), bucket.chunks, [mine] * self.world)
 
     # ------------------------------------------------------------------------------------------ step
