@@ -44,7 +44,7 @@ log = logging.getLogger(__name__)
 
 # The last JSON record of every run, whatever the family: these keys, the family's own in "metrics".
 SUMMARY_KEYS = ("kind", "family", "unit", "units", "units_trained", "units_per_s", "resumed_at", "startup_s",
-                "train_s", "world_size", "threads_per_rank", "device", "metrics")
+                "train_s", "world_size", "logical_workers", "threads_per_rank", "device", "metrics")
 
 
 @runtime_checkable
@@ -225,7 +225,10 @@ def _summary(family: Family, info: RunInfo, metrics: dict[str, float]) -> dict:
               "units_trained": info.trained,
               "units_per_s": info.trained / info.train_s if info.train_s > 0 else 0.0,
               "resumed_at": info.resumed_at, "startup_s": rt.startup_s, "train_s": info.train_s,
-              "world_size": rt.layout.world_size, "threads_per_rank": rt.threads, "device": str(rt.layout.device),
+              "world_size": rt.layout.world_size,
+              # V: the run's floats depend on it, not on K (a family without logical workers: V = K)
+              "logical_workers": getattr(family, "logical_workers", None) or rt.layout.world_size,
+              "threads_per_rank": rt.threads, "device": str(rt.layout.device),
               "metrics": dict(metrics)}
     assert tuple(record) == SUMMARY_KEYS  # one schema: a new key goes into SUMMARY_KEYS too
     return record
