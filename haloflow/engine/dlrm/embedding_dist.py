@@ -244,8 +244,8 @@ class SparseGradHandle:
         K = group_size(self._group)
         n = len(self._local)
         counts = self._counts.wait().view(K, n)  # (K, n_tables): unique rows each rank sends, per table
-        idx = torch.cat([g.indices()[0] for g in self._local])  # (sum u,)
-        rows = torch.cat([g.values() for g in self._local])  # (sum u, D)
+        idx = torch.cat([g._indices()[0] for g in self._local])  # (sum u,)
+        rows = torch.cat([g._values() for g in self._local])  # (sum u, D)
         dim = rows.shape[1] if rows.dim() == 2 else self._local[0].shape[1]
         total = counts.sum(1).tolist()  # ids from each rank (a read of K numbers)
         # The same block goes to every peer (an all-gather with uneven sizes): point-to-point sends of the one
@@ -271,21 +271,23 @@ class SparseGradHandle:
 
 
 def sparse_grad_all_reduce(
-    grads: Sequence[Tensor], *, group: Group | None, stats: CommStats | None = None
+    grads: Sequence[Tensor], *, group: Group | None, stats: CommStats | None = None, coalesce_first: bool = True
 ) -> SparseGradHandle:
     """Start summing sparse row gradients of replicated tables over all ranks.
 
     Args:
         grads: one sparse COO gradient (rows, D) per table (as ``EmbeddingBag(sparse=True)`` makes them);
-            coalesced here, so each rank sends each touched row once.
+            coalesced here, so each rank sends each touched row once (``coalesce_first=False``: sent as they
+            are, one row per looked-up id, so that the sum over all ranks' rows in rank order is the one a single
+            process coalescing the whole batch computes, at any K).
 
     Cost: counts all-to-all (8 bytes per table per peer), then ``8 + 4 D`` bytes per unique row per peer.
     """
-    local = [g.coalesce() for g in grads]
+    local = [g.coalesce() for g in grads] if coalesce_first or group is None else list(grads)
     if group is None:
         return SparseGradHandle(None, local, None, stats)
     K = group_size(group)
-    counts = torch.tensor([g.indices().shape[1] for g in local], dtype=torch.int64,
+    counts = torch.tensor([g._indices().shape[1] for g in local], dtype=torch.int64,
                           device=local[0].device)  # (n_tables,)
     h = all_gather_uneven(counts, [len(local)] * K, group=group, stats=stats, kind="dp_grad_counts")
     return SparseGradHandle(h, local, group, stats)

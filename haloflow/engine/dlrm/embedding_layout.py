@@ -77,20 +77,34 @@ class EmbeddingLayout:
     rw_tables: tuple[int, ...]
 
     @classmethod
-    def from_plan(cls, plan: ShardingPlan, table_rows: Sequence[int], dim: int) -> EmbeddingLayout:
-        """Check ``plan`` against the tables (``PlanError`` naming the table and rule) and lay it out."""
+    def from_plan(cls, plan: ShardingPlan, table_rows: Sequence[int], dim: int, *,
+                  ranks: int | None = None) -> EmbeddingLayout:
+        """Check ``plan`` against the tables (``PlanError`` naming the table and rule) and lay it out.
+
+        ``ranks``: K physical ranks hosting the plan's V logical ranks (V / K each, contiguous: logical rank l on
+        rank l // (V / K)); None: K = V. A physical rank then holds the shards of all its logical ranks, a table's
+        row-wise shards in logical-rank order, so that the reduce of their partial sums (sources in rank order,
+        then slots in order) adds them in the same order at any K::
+
+            plan for V = 4     t0 row-wise on 0 1 2 3,   t1 table-wise on 3
+            K = 2              rank 0: t0[rows of 0], t0[rows of 1]     rank 1: t0[rows of 2], t0[rows of 3], t1
+        """
         if len(plan.tables) != len(table_rows):
             raise PlanError(f"plan has {len(plan.tables)} tables but the model has {len(table_rows)}")
         specs = [TableSpec(name=tp.table, num_rows=int(n), dim=int(dim)) for tp, n in zip(plan.tables, table_rows)]
         validate_plan(plan, specs)
-        K = plan.world_size
+        V = plan.world_size
+        K = V if ranks is None else int(ranks)
+        if K < 1 or V % K:
+            raise PlanError(f"plan is for {V} logical ranks, which {K} ranks cannot host evenly ({V} % {K} != 0)")
+        per = V // K
         slots: list[list[Slot]] = [[] for _ in range(K)]
         for tp in plan.tables:
             if tp.sharding is DP:
                 continue
-            for s in tp.shards:
-                slots[s.rank].append(Slot(tp.table_index, tp.sharding, s.rank, s.row_offset, s.num_rows,
-                                          s.col_offset, s.num_cols, tp.cache_rows))
+            for s in sorted(tp.shards, key=lambda s: s.rank):  # logical-rank order within each physical rank
+                slots[s.rank // per].append(Slot(tp.table_index, tp.sharding, s.rank // per, s.row_offset,
+                                                 s.num_rows, s.col_offset, s.num_cols, tp.cache_rows))
         kinds = tuple(tp.sharding for tp in plan.tables)
         return cls(
             world_size=K, dim=int(dim), table_rows=tuple(int(n) for n in table_rows), shardings=kinds,

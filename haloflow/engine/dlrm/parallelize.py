@@ -45,6 +45,8 @@ from haloflow.engine.comm import CommStats, Group
 from haloflow.engine.dlrm.shard_stores import ShardStores
 from haloflow.engine.dlrm.sharded_embedding import ShardedEmbeddingCollection
 from haloflow.engine.grad_sync import BucketedGradSync
+from haloflow.engine.logical import sliced
+from haloflow.kernels.interaction import interaction
 from haloflow.errors import ConfigError
 from haloflow.models.dlrm import DLRM, DLRMConfig, check_fits
 from haloflow.partition.planner.types import ShardingPlan
@@ -79,10 +81,27 @@ class DistributedDLRM(nn.Module):
     def top(self) -> nn.Module:
         return self.model.top
 
-    def forward(self, dense: Tensor, sparse: JaggedBatch, batch_sizes: Sequence[int] | None = None) -> Tensor:
-        """``DLRM.forward``; ``batch_sizes`` (every rank's B_r) spares the lookup a collective to learn them."""
-        self.model.embeddings.batch_sizes = batch_sizes
-        return self.model(dense, sparse)
+    def forward(self, dense: Tensor, sparse: JaggedBatch, batch_sizes: Sequence[int] | None = None,
+                slices: Sequence[int] | None = None) -> Tensor:
+        """``DLRM.forward``; ``batch_sizes`` (every rank's B_r) spares the lookup a collective to learn them.
+
+        ``slices``: the sizes of this rank's logical workers' slices of its B_r samples (``engine/logical.py``).
+        The lookup runs once over all B_r samples (a bag's sum does not depend on the other bags); the MLPs and
+        the interaction run once per slice, in the slice's shapes whatever K, each through its own aliases of
+        the weights, so that a weight's gradient is the tree sum of the slices' gradients::
+
+            pooled = lookup(sparse)                        (B_r, T, D), one exchange
+            for each slice v:  logit_v = top(interaction(bottom(dense_v), pooled_v))   (b_v,)
+        """
+        model = self.model
+        model.embeddings.batch_sizes = batch_sizes
+        if slices is None or len(slices) == 1:
+            return model(dense, sparse)
+        handle = model.embed_start(sparse)
+        zs = sliced(model.bottom, [(d,) for d in dense.split(list(slices))])  # V/K x (b_v, D), overlaps the lookup
+        pooled = handle.wait().split(list(slices))  # V/K x (b_v, T, D)
+        logits = sliced(model.top, [(interaction(z, p),) for z, p in zip(zs, pooled)])  # V/K x (b_v, 1)
+        return torch.cat(logits).squeeze(1)  # (B_r,)
 
     def dense_parameters(self) -> list[nn.Parameter]:
         return self.model.dense_parameters()
@@ -120,7 +139,7 @@ class DistributedDLRM(nn.Module):
 def parallelize_dlrm(config: DLRMConfig, plan: ShardingPlan, group: Group | None, *, dp_grad: str = "sparse",
                      stats: CommStats | None = None, device: torch.device | None = None,
                      stores: ShardStores | None = None, dtype: torch.dtype | None = None,
-                     fused_sgd_lr: float | None = None) -> DistributedDLRM:
+                     fused_sgd_lr: float | None = None, k_invariant: bool = False) -> DistributedDLRM:
     """This rank's DLRM built from ``config`` and ``plan`` alone, by the steps of the module docstring: no rank
     ever allocates a table it does not own, so the plan's per-rank memory is the real one. Every rank calls it
     together (it creates the MLP gradient group, a collective, when ``group`` is not None).
@@ -136,6 +155,9 @@ def parallelize_dlrm(config: DLRMConfig, plan: ShardingPlan, group: Group | None
             rounding, for parity checks. Row stores hold float32 rows, so they take no other type.
         fused_sgd_lr: SGD at this rate fused into the backward of this rank's shards (without ``stores``); the
             torch optimizer then steps the MLPs and the data-parallel replicas.
+        k_invariant: a ``plan`` for V logical ranks hosted by the K of ``group`` (V / K each) and replicated
+            tables' gradients summed in global sample order, so that the floats depend on V only (with
+            ``slices`` given to ``forward``; ``engine/logical.py``).
 
     Raises:
         PlanError: the plan does not fit the tables or the group's size.
@@ -146,10 +168,12 @@ def parallelize_dlrm(config: DLRMConfig, plan: ShardingPlan, group: Group | None
                           "or stores=None", field="dtype")
     # 1. tables: this rank's shards and replicas, built in place (once they fit what this host has free)
     rank = dist.get_rank(group) if group is not None else 0
-    check_fits(config, sum(s.num_rows * s.num_cols for tp in plan.tables for s in tp.shards if s.rank == rank))
+    per = max(plan.world_size // (dist.get_world_size(group) if group is not None else 1), 1)  # logical per rank
+    check_fits(config, sum(s.num_rows * s.num_cols for tp in plan.tables for s in tp.shards if s.rank // per == rank))
     embeddings = ShardedEmbeddingCollection.from_plan(plan, config.table_sizes, config.embedding_dim,
                                                       seed=config.seed, group=group, dp_grad=dp_grad, stats=stats,
-                                                      stores=stores, fused_sgd_lr=fused_sgd_lr)
+                                                      stores=stores, fused_sgd_lr=fused_sgd_lr,
+                                                      k_invariant=k_invariant)
     model = DLRM(config, embeddings=embeddings)
     # 2. device and type, before the gradient buckets are laid out
     if device is not None or dtype is not None:

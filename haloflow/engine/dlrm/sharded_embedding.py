@@ -92,12 +92,16 @@ class ShardedEmbeddingCollection(nn.Module):
         fused_sgd_lr: with parameters, SGD at this rate fused into the backward of this rank's shards (its owned
             rows: ``models.dlrm.fused_sgd_bag``, the same floats as SGD on their sparse gradients); the
             data-parallel replicas keep sparse gradients, which ``sync_grads`` sums over the ranks.
+        k_invariant: the replicas' gradients summed as one process sums them, whatever K: every rank sends its
+            gradient rows uncoalesced (one per id it looked up, not one per distinct row: more bytes) and every
+            rank coalesces all of them in rank order, which is the global sample order.
     """
 
     def __init__(self, layout: EmbeddingLayout, init: Callable[[int, tuple[int, int], tuple[int, int]], Tensor], *,
                  group: Group | None, dp_grad: str = "sparse", stats: CommStats | None = None,
-                 stores: ShardStores | None = None, fused_sgd_lr: float | None = None):
+                 stores: ShardStores | None = None, fused_sgd_lr: float | None = None, k_invariant: bool = False):
         super().__init__()
+        self.k_invariant = k_invariant
         if fused_sgd_lr is not None and (stores is not None or not fused_sgd_lr > 0):
             raise ConfigError(f"fused_sgd_lr {fused_sgd_lr}: expected a learning rate > 0, and parameters, not "
                               "row stores (which fuse their own optimizer)")
@@ -166,7 +170,7 @@ class ShardedEmbeddingCollection(nn.Module):
     def from_plan(cls, plan: ShardingPlan, table_sizes: Sequence[int], dim: int, *, seed: int,
                   group: Group | None, **kwargs) -> ShardedEmbeddingCollection:
         """Build this rank's shards and replicas alone, with ``EmbeddingTables``' values for ``seed``."""
-        layout = EmbeddingLayout.from_plan(plan, list(table_sizes), dim)
+        layout = EmbeddingLayout.from_plan(plan, list(table_sizes), dim, ranks=group_size(group))
 
         def init(t: int, rows: tuple[int, int], cols: tuple[int, int]) -> Tensor:
             return keyed_uniform_rows(seed, t, layout.table_rows[t], rows, cols)
@@ -178,7 +182,7 @@ class ShardedEmbeddingCollection(nn.Module):
                      **kwargs) -> ShardedEmbeddingCollection:
         """Copy this rank's rectangles out of whole tables (identical on every rank)."""
         dim = int(weights[0].shape[1])
-        layout = EmbeddingLayout.from_plan(plan, [int(w.shape[0]) for w in weights], dim)
+        layout = EmbeddingLayout.from_plan(plan, [int(w.shape[0]) for w in weights], dim, ranks=group_size(group))
         for t, w in enumerate(weights):
             if tuple(w.shape) != (layout.table_rows[t], dim):
                 raise ConfigError(f"table {t}: weight of shape {tuple(w.shape)}, expected ({layout.table_rows[t]}, {dim})")
@@ -359,7 +363,8 @@ class ShardedEmbeddingCollection(nn.Module):
         grads = [w.grad if w.grad is not None else torch.sparse_coo_tensor(
             torch.empty(1, 0, dtype=torch.int64, device=w.device), torch.empty(0, w.shape[1], device=w.device),
             tuple(w.shape)) for w in self.replicas]
-        summed = sparse_grad_all_reduce(grads, group=self.group, stats=self.stats).wait()
+        summed = sparse_grad_all_reduce(grads, group=self.group, stats=self.stats,
+                                        coalesce_first=not self.k_invariant).wait()
         for w, g in zip(self.replicas, summed):
             w.grad = g
 
@@ -391,7 +396,8 @@ class ShardedEmbeddingCollection(nn.Module):
             rows = [torch.nonzero(g.ne(0).any(1)).reshape(-1) for g in dense]
             self._replica_grads = [(i, g.index_select(0, i)) for i, g in zip(rows, dense)]
             return
-        summed = sparse_grad_all_reduce(local, group=self.group, stats=self.stats).wait()
+        summed = sparse_grad_all_reduce(local, group=self.group, stats=self.stats,
+                                        coalesce_first=not self.k_invariant).wait()
         self._replica_grads = [(g.indices()[0], g.values()) for g in summed]
 
     def step(self) -> None:

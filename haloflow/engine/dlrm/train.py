@@ -1,10 +1,12 @@
 """DLRM on click logs as a family of the one training loop: `DLRMFamily`, `train_dlrm`, `DLRMTrainResult`.
 
-One step, whatever K (one process is the sharded model on a group of one, its plan one rank's)::
+One step, whatever K (one process is the sharded model on a group of one, hosting every logical worker)::
 
-    every rank reads the same global batch (B samples) -> takes its contiguous slice (split_sizes)
-      forward      net(dense, sparse, sizes)             the tables' lookups by plan, MLPs replicated
-      loss         BCE sum over the slice / B            (the K losses add up to the global mean)
+    every rank reads the same global batch (B samples), cut into V slices (V logical workers, engine/logical.py)
+      -> takes its workers' slices (V / K of them, contiguous)
+      forward      net(dense, sparse, sizes, slices)     the tables' lookups by the plan for V ranks, once over
+                                                          the rank's samples; MLPs replicated, run per slice
+      loss         BCE sum over each slice / B           (the V losses add up to the global mean: by the tree)
       backward     -> net.finish_step()                  gradient sync (MLPs, data-parallel tables) and the row
                                                           stores' fused update when the tables live in stores
       opt.step()   torch SGD / Adagrad on what remains parameters
@@ -24,15 +26,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-import torch.distributed as dist
 
 from haloflow.data.clicks import CHUNK
-from haloflow.data.jagged import ClickBatch, JaggedBatch, split_sizes
+from haloflow.data.jagged import ClickBatch, JaggedBatch
 from haloflow.engine.checkpoint import cpu_state
 from haloflow.engine.comm import all_gather_cat
 from haloflow.engine.dlrm.checkpoint import dense_state, load_dense_state, load_tables, table_pieces
 from haloflow.engine.dlrm.config import DLRMTrainConfig
 from haloflow.engine.dlrm.parallelize import DistributedDLRM, parallelize_dlrm
+from haloflow.engine.logical import LogicalWorkers, rank_tree_sum, tree_sum
 from haloflow.engine.runtime import ParallelLayout, Runtime, TrainResult, to_device
 from haloflow.engine.trainer import Exported, RunInfo, run
 from haloflow.errors import ConfigError
@@ -44,6 +46,8 @@ __all__ = ["DLRMTrainConfig", "DLRMTrainResult", "DLRMFamily", "StepLog", "train
            "click_metrics"]
 
 log = logging.getLogger(__name__)
+
+DEFAULT_LOGICAL_WORKERS = 4  # V when none is given: --nproc 1, 2 and 4 then train the same floats
 
 
 @dataclass(frozen=True)
@@ -191,9 +195,26 @@ def row_counts(data: _Data, steps: int) -> tuple[np.ndarray, ...]:
     return tuple(counts)
 
 
-def build_dlrm(config: DLRMTrainConfig, data: _Data, layout: ParallelLayout, steps: int) -> DistributedDLRM:
-    """This rank's DLRM, whatever K: its shards of the plan (``--plan``, else whole tables spread over the ranks;
-    at K = 1 every table on the one rank), built in place (no rank allocates a table it does not own).
+def logical_workers(config: DLRMTrainConfig, layout: ParallelLayout) -> LogicalWorkers:
+    """V and this rank's share of it: ``--logical-workers``, else a ``--plan``'s ranks, else 4 (or K when larger);
+    ``--no-k-invariance``: V = K. Raises ``ConfigError`` when K cannot host V."""
+    K = layout.world_size
+    if config.no_k_invariance:
+        v = K
+    elif config.logical_workers is not None:
+        v = config.logical_workers
+    elif config.plan is not None:
+        v = load_plan(config.plan).world_size
+    else:
+        v = max(DEFAULT_LOGICAL_WORKERS, K)
+    return LogicalWorkers(v, K, layout.rank)
+
+
+def build_dlrm(config: DLRMTrainConfig, data: _Data, layout: ParallelLayout, steps: int,
+               workers: LogicalWorkers | None = None) -> DistributedDLRM:
+    """This rank's DLRM, whatever K: its shards of the plan (``--plan``, else whole tables spread over the V
+    logical ranks of ``workers``), hosted by the K ranks (V / K logical ranks each; at K = 1 every table on the
+    one rank), built in place (no rank allocates a table it does not own).
 
     Tables go into row stores (the optimizer fused, hot rows optionally cached) for ``--optimizer adagrad`` /
     ``rowwise_adagrad``, ``--cache-ratio``, or a plan that caches a table; otherwise they are parameters, each
@@ -204,11 +225,15 @@ def build_dlrm(config: DLRMTrainConfig, data: _Data, layout: ParallelLayout, ste
     table_sizes, num_dense = data.table_sizes, data.num_dense
     model_config = DLRMConfig(table_sizes=table_sizes, num_dense=num_dense, embedding_dim=config.embedding_dim,
                               bottom_mlp=config.bottom_mlp, top_mlp=config.top_mlp, seed=config.seed)
+    workers = workers or logical_workers(config, layout)
     if config.plan is not None:
         plan = load_plan(config.plan)
-        layout.expect_parts(plan.world_size, f"plan {config.plan}")
+        if plan.world_size != workers.v:
+            raise ConfigError(f"plan {config.plan} is for {plan.world_size} ranks, but the run has V = {workers.v} "
+                              "logical workers: expected --logical-workers equal to the plan's ranks (or none)",
+                              field="plan")
     else:
-        plan = table_wise_plan(table_sizes, config.embedding_dim, layout.world_size)
+        plan = table_wise_plan(table_sizes, config.embedding_dim, workers.v)
     plan_caches = any(tp.cache_rows is not None for tp in plan.tables)
     stores = None
     if config.cache_ratio is not None or config.optimizer != "sgd" or plan_caches:
@@ -222,13 +247,15 @@ def build_dlrm(config: DLRMTrainConfig, data: _Data, layout: ParallelLayout, ste
                              device=layout.device, histograms=histograms)
     return parallelize_dlrm(model_config, plan, layout.group, dp_grad=config.dp_grad, device=layout.device,
                             stores=stores, dtype=getattr(torch, config.dtype),
-                            fused_sgd_lr=config.lr if stores is None else None)
+                            fused_sgd_lr=config.lr if stores is None else None,
+                            k_invariant=not config.no_k_invariance)
 
 
-def _local(batch: ClickBatch, layout: ParallelLayout, dtype: torch.dtype) -> tuple[ClickBatch, list[int]]:
-    """This rank's slice of the global batch, on its device (through pinned memory on CUDA), its dense features
-    and labels in the model's floating type."""
-    sizes = split_sizes(batch.batch_size, layout.world_size)
+def _local(batch: ClickBatch, layout: ParallelLayout, dtype: torch.dtype,
+           workers: LogicalWorkers) -> tuple[ClickBatch, list[int]]:
+    """This rank's slice of the global batch (its logical workers' slices, contiguous), on its device (through
+    pinned memory on CUDA), its dense features and labels in the model's floating type; and every rank's size."""
+    sizes = workers.rank_sizes(batch.batch_size)
     mine = batch.split_batch(sizes)[layout.rank]
     dev = layout.device
     if dev.type != "cpu" or dtype != torch.float32:
@@ -238,10 +265,12 @@ def _local(batch: ClickBatch, layout: ParallelLayout, dtype: torch.dtype) -> tup
     return mine, sizes
 
 
-def _all_sum(x: torch.Tensor, layout: ParallelLayout) -> torch.Tensor:
-    if layout.group is not None:
-        dist.all_reduce(x, group=layout.group)  # waits for every rank
-    return x
+def slice_losses(logits: torch.Tensor, labels: torch.Tensor, slices: list[int], batch_size: int) -> torch.Tensor:
+    """Each logical worker's share of the global mean loss, (V/K,): the BCE sum over its slice / B, one sum per
+    slice in the slice's shape (its bits do not depend on K). Their sum is the rank's loss; ``tree_sum`` of
+    them, then over the ranks, the step's loss."""
+    return torch.stack([dlrm_loss(x, y, global_batch_size=batch_size)
+                        for x, y in zip(logits.split(slices), labels.split(slices))])
 
 
 class DLRMFamily:
@@ -261,7 +290,9 @@ class DLRMFamily:
         self.per_epoch = self.data.num_batches("train")
         self.total = self.per_epoch * cfg.epochs if cfg.max_steps is None else min(self.per_epoch * cfg.epochs,
                                                                                    cfg.max_steps)
-        self.net = build_dlrm(cfg, self.data, rt.layout, min(self.total, self.per_epoch))
+        self.workers = logical_workers(cfg, rt.layout)
+        self.logical_workers = self.workers.v  # the summary names V beside K
+        self.net = build_dlrm(cfg, self.data, rt.layout, min(self.total, self.per_epoch), self.workers)
         dense_opt = torch.optim.Adagrad if cfg.optimizer != "sgd" else torch.optim.SGD
         self.opt = dense_opt([p for p in self.net.parameters() if p.requires_grad], lr=cfg.lr)
         self.devices = {"model": {p.device.type for p in self.net.parameters()}, "batches": set()}
@@ -274,7 +305,8 @@ class DLRMFamily:
         cfg, data = self.config, self.data
         return {"table_sizes": list(data.table_sizes), "num_dense": data.num_dense, "train_batches": self.per_epoch,
                 "batch_size": cfg.batch_size, "embedding_dim": cfg.embedding_dim, "bottom_mlp": list(cfg.bottom_mlp),
-                "top_mlp": list(cfg.top_mlp), "seed": cfg.seed, "optimizer": cfg.optimizer}
+                "top_mlp": list(cfg.top_mlp), "seed": cfg.seed, "optimizer": cfg.optimizer,
+                "logical_workers": self.workers.v}
 
     def export(self) -> Exported:
         return Exported({"dense": dense_state(self.net.model, self.opt), "losses": self.losses,
@@ -303,18 +335,20 @@ class DLRMFamily:
     def train_unit(self, index: int) -> StepLog:
         cfg, lay, net = self.config, self.rt.layout, self.net
         batch = next(self.stream)
-        mine, sizes = _local(batch, lay, self.dtype)
+        mine, sizes = _local(batch, lay, self.dtype, self.workers)
+        slices = self.workers.my_slices(batch.batch_size)
         if not self.devices["batches"]:  # where the batches land is decided once, by the first
             self.devices["batches"] = {t.device.type for t in (mine.dense, mine.sparse.values, mine.labels)}
         self.opt.zero_grad(set_to_none=True)
         net.stats.reset()
-        logits = net(mine.dense, mine.sparse, sizes)  # (B_r,)
-        loss = dlrm_loss(logits, mine.labels, global_batch_size=batch.batch_size)
-        loss.backward()
+        logits = net(mine.dense, mine.sparse, sizes, slices)  # (B_r,)
+        losses = slice_losses(logits, mine.labels, slices, batch.batch_size)  # (V/K,)
+        losses.sum().backward()  # each sample's gradient is (p - y) / B whatever the slices
         net.finish_step()  # gradient sync; the row stores' fused update
         self.opt.step()
         self.comm += net.stats.total()
-        step_loss = float(_all_sum(loss.detach().clone(), lay))  # the global mean (a sync, for the log)
+        # the global mean: this rank's slices by the tree, then the ranks' (the V-tree; a sync, for the log)
+        step_loss = float(rank_tree_sum(tree_sum(losses.detach().unbind(0)), lay.group))
         self.losses.append(step_loss)
         self.samples += batch.batch_size
         step = index + 1
@@ -328,7 +362,7 @@ class DLRMFamily:
         pass
 
     def evaluate(self, run: RunInfo) -> dict[str, float]:
-        val_logloss, val_auc = _evaluate(self.net, self.data, self.rt.layout, self.config)
+        val_logloss, val_auc = _evaluate(self.net, self.data, self.rt.layout, self.config, self.workers)
         return {"val_logloss": val_logloss, "val_auc": val_auc, "samples_per_s": self._samples_per_s(run),
                 "comm_bytes_per_step": self.comm / max(run.trained, 1), **_cache_record(self.net.embeddings)}
 
@@ -346,15 +380,16 @@ class DLRMFamily:
                                cache=_cache_record(self.net.embeddings), resumed_at=run.resumed_at)
 
 
-def _evaluate(net: DistributedDLRM, data: _Data, layout: ParallelLayout, config: DLRMTrainConfig
-              ) -> tuple[float, float]:
-    _, logits, labels = score_split(net, data, layout, config, "val", config.max_eval_batches)
+def _evaluate(net: DistributedDLRM, data: _Data, layout: ParallelLayout, config: DLRMTrainConfig,
+              workers: LogicalWorkers | None = None) -> tuple[float, float]:
+    _, logits, labels = score_split(net, data, layout, config, "val", config.max_eval_batches, workers)
     return click_metrics(logits, labels)
 
 
 @torch.no_grad()
 def score_split(net: DistributedDLRM, data: _Data, layout: ParallelLayout, config: DLRMTrainConfig, split: str,
-                max_batches: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                max_batches: int | None = None, workers: LogicalWorkers | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Every row of ``split`` (the first ``max_batches`` batches): its index in the split, logit and label,
     gathered from every rank and put in row order (CPU tensors, the same on every rank).
 
@@ -362,11 +397,12 @@ def score_split(net: DistributedDLRM, data: _Data, layout: ParallelLayout, confi
     ranks cut the batches (``predict_dlrm`` reports the same numbers as the trainer)."""
     ids, scores, labels = [], [], []
     B, dtype = config.batch_size, getattr(torch, config.dtype)
+    workers = workers or logical_workers(config, layout)  # each slice scored in its shapes: the same at any K
     for i, batch in enumerate(data.batches(split)):
         if max_batches is not None and i >= max_batches:
             break
-        mine, sizes = _local(batch, layout, dtype)
-        logits = net(mine.dense, mine.sparse, sizes)  # (B_r,)
+        mine, sizes = _local(batch, layout, dtype, workers)
+        logits = net(mine.dense, mine.sparse, sizes, workers.my_slices(batch.batch_size))  # (B_r,)
         lo = i * B + sum(sizes[: layout.rank])  # every batch but the last holds B rows
         ids.append(torch.arange(lo, lo + sizes[layout.rank], dtype=torch.int64))
         scores.append(logits.double())
