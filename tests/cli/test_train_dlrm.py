@@ -14,12 +14,12 @@ def _parse(argv):
 
 def test_arguments_become_the_config(tmp_path):
     args = _parse(["--data", str(tmp_path), "--plan", "p.json", "--batch-size", "64", "--bottom-mlp", "32,16",
-                   "--dp-grad", "dense", "--max-steps", "7", "--device", "cpu", "--timeout", "9",
+                   "--dp-grad", "dense", "--no-k-invariance", "--max-steps", "7", "--device", "cpu", "--timeout", "9",
                    "--log-jsonl", str(tmp_path / "m.jsonl")])
     c = config_from_args(args)
     assert (c.data, c.plan, c.batch_size, c.bottom_mlp, c.dp_grad, c.max_steps) == (
         tmp_path, tmp_path.__class__("p.json"), 64, (32, 16), "dense", 7)
-    assert c.lr == 0.1 and c.top_mlp == (512, 256) and not c.synthetic
+    assert c.lr == 0.1 and c.top_mlp == (512, 256) and not c.synthetic and c.no_k_invariance
     assert (c.runtime.device, c.runtime.timeout_s, c.runtime.log_jsonl) == ("cpu", 9.0, tmp_path / "m.jsonl")
 
 

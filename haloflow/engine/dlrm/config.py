@@ -133,11 +133,11 @@ class DLRMTrainConfig:
         if self.dp_grad not in ("sparse", "dense"):
             raise ConfigError(f"dp_grad must be 'sparse' or 'dense', got {self.dp_grad!r}", field="dp_grad")
         if self.dp_grad == "dense" and not self.no_k_invariance:
-            raise ConfigError("dp_grad 'dense' sums each rank's gradient of a replicated table, then the ranks': "
-                              "the floats change with --nproc; expected dp_grad 'sparse', or no_k_invariance",
+            raise ConfigError("'dense' sums each rank's gradient of a replicated table, then the ranks': the floats "
+                              "would change with --nproc; expected 'sparse', or --no-k-invariance with it",
                               field="dp_grad")
         if self.logical_workers is not None and self.no_k_invariance:
-            raise ConfigError("logical_workers sets V, but no_k_invariance makes V = --nproc: give one of them",
+            raise ConfigError("V is set here, but --no-k-invariance makes V = --nproc: give one of them",
                               field="logical_workers")
         if self.logical_workers is not None and not 1 <= self.logical_workers <= 4096:
             raise ConfigError(f"logical_workers must be in 1..4096, got {self.logical_workers}",

@@ -95,11 +95,12 @@ class DistributedDLRM(nn.Module):
         """
         model = self.model
         model.embeddings.batch_sizes = batch_sizes
-        if slices is None or len(slices) == 1:
+        slices = [b for b in (slices or ()) if b > 0]  # an empty slice (a batch smaller than V) adds nothing
+        if len(slices) <= 1:
             return model(dense, sparse)
         handle = model.embed_start(sparse)
-        zs = sliced(model.bottom, [(d,) for d in dense.split(list(slices))])  # V/K x (b_v, D), overlaps the lookup
-        pooled = handle.wait().split(list(slices))  # V/K x (b_v, T, D)
+        zs = sliced(model.bottom, [(d,) for d in dense.split(slices)])  # V/K x (b_v, D), overlaps the lookup
+        pooled = handle.wait().split(slices)  # V/K x (b_v, T, D)
         logits = sliced(model.top, [(interaction(z, p),) for z, p in zip(zs, pooled)])  # V/K x (b_v, 1)
         return torch.cat(logits).squeeze(1)  # (B_r,)
 

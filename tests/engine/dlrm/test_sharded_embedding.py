@@ -76,10 +76,18 @@ def test_predicted_bytes_by_hand():
                       "reduce_scatter_grad": 8}
 
 
-def test_plan_for_another_world_size_is_refused():
+def test_a_plan_for_v_logical_ranks_is_hosted_by_k_ranks_row_shards_in_logical_order():
+    """The plan for 2 logical ranks on one process: every shard on rank 0, a row-wise table's shards in
+    logical-rank order (the order its partial sums are added in at K = 2); 3 ranks cannot host 2."""
     weights = [torch.zeros(4, 2), torch.zeros(6, 2), torch.zeros(5, 2)]
-    with pytest.raises(PlanError, match="plan is for 2 ranks but the process group has 1"):
-        ShardedEmbeddingCollection.from_weights(_tiny_plan(), weights, group=None)
+    one = ShardedEmbeddingCollection.from_weights(_tiny_plan(), weights, group=None)
+    two = EmbeddingLayout.from_plan(_tiny_plan(), [4, 6, 5], 2)
+    assert one.layout.world_size == 1 and [(s.table, s.row_offset) for s in one.slots] == [(0, 0), (1, 0), (1, 3)]
+    assert {(s.table, s.row_offset, s.num_rows) for r in two.slots for s in r} == {
+        (s.table, s.row_offset, s.num_rows) for s in one.slots}
+    assert one.layout.row_bounds(1) == two.row_bounds(1)
+    with pytest.raises(PlanError, match="plan is for 2 logical ranks, which 3 ranks cannot host"):
+        EmbeddingLayout.from_plan(_tiny_plan(), [4, 6, 5], 2, ranks=3)
 
 
 def test_row_ranges_with_a_gap_are_refused():
