@@ -34,11 +34,15 @@ class CachedEmbeddingBag(nn.Module):
     Args:
         store: where the rows live (`MemoryStore`, `CachedStore`, ...).
         include_last_offset: offsets are (B+1,) with the end of the last bag (as ``JaggedBatch.bag_offsets``).
+        per_occurrence: ``take_gradients`` gives one gradient row per looked-up id (nnz,), not one per distinct
+            row: for a caller that sums them with other processes' rows in one fixed order (a data-parallel
+            replica at any K: a rank's own sum per row, then the ranks', would add in an order that depends on K).
     """
 
-    def __init__(self, store: RowStore, *, include_last_offset: bool = False):
+    def __init__(self, store: RowStore, *, include_last_offset: bool = False, per_occurrence: bool = False):
         super().__init__()
         self.store, self.include_last_offset = store, include_last_offset
+        self.per_occurrence = per_occurrence
         self._pending: list[tuple[Tensor, Tensor]] = []  # (uniq, rows) of forwards not yet stepped
         self._prefetched: tuple[Tensor, Tensor, Tensor] | None = None  # (ids, uniq, inverse) of the last prefetch
 
@@ -49,6 +53,14 @@ class CachedEmbeddingBag(nn.Module):
         else:
             uniq, inverse = torch.unique(ids, return_inverse=True)  # (u,), (nnz,)
         train = self.training and torch.is_grad_enabled()  # an evaluation under no_grad leaves nothing pending
+        if train and self.per_occurrence:
+            # one leaf row per occurrence (nnz, D): the same pooled sums (the same rows, in the same bag order),
+            # and each occurrence's gradient kept apart
+            occ = self.store.gather(uniq).detach().index_select(0, inverse.to(self.store.device)).requires_grad_()
+            self._pending.append((ids, occ))
+            dev = occ.device
+            return F.embedding_bag(torch.arange(ids.numel(), device=dev), occ, offsets.to(dev), mode="sum",
+                                   include_last_offset=self.include_last_offset)  # (B, D)
         rows = self.store.gather(uniq).detach().requires_grad_(train)  # (u, D) leaf
         if train:
             self._pending.append((uniq, rows))
@@ -76,7 +88,8 @@ class CachedEmbeddingBag(nn.Module):
             self.store.apply_gradients(uniq, grad)
 
     def take_gradients(self) -> list[tuple[Tensor, Tensor]]:
-        """``(ids (u,), grads (u, D))`` of every forward since the last ``step``, forgotten here: for a caller that
+        """``(ids (u,), grads (u, D))`` of every forward since the last ``step`` (``per_occurrence``: ids (nnz,),
+        one row per occurrence, ids repeating), forgotten here: for a caller that
         combines them first (a data-parallel replica sums them over ranks) and then calls
         ``store.apply_gradients`` itself. Forwards whose rows got no gradient are left out."""
         pending, self._pending = self._pending, []

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from haloflow.engine.families import FAMILIES
 from haloflow.engine.launch import JobStopped, NodeLayout, launch_torchrun
+from haloflow.engine.run_config import expect_hosts as _expect_hosts
 from haloflow.engine.run_config import expect_parts as _expect_parts
 from haloflow.errors import ConfigError, HaloflowError
 
@@ -157,16 +158,17 @@ def _report_failure(notes: Path, nproc: int, max_restarts: int, status: int) -> 
 
 
 def launch_or_train(args: argparse.Namespace, config, family: str,
-                    parts: Callable[[], tuple[int, str]] | None = None) -> int:
+                    parts: Callable[[], tuple[int, str]] | None = None, *, hosted: bool = False) -> int:
     """What every ``haloflow train MODEL`` does after parsing: with ``--nproc K``, check K against what ``parts``
     says the input was made for (before any process starts) and relaunch; otherwise train ``family`` (a name in
     ``engine/families.py``) here and print its summary table on rank 0. The trainer and torch are imported only
-    then: a launcher checks and relaunches without them."""
+    then: a launcher checks and relaunches without them. ``hosted``: the input's parts are V logical ranks that
+    any K dividing them by a power of two hosts (``engine/logical.py``), not one per process."""
     _check_restarts(args, config)
     nodes = _nodes(args)
     if args.nproc is not None and parts is not None:
         k, source = parts()
-        _expect_parts(k, args.nproc * nodes.nnodes, source)
+        (_expect_hosts if hosted else _expect_parts)(k, args.nproc * nodes.nnodes, source)
     status = relaunch_if_asked(args)
     if status is not None:
         return status

@@ -1,7 +1,9 @@
 """`haloflow train dlrm (--data DIR | --synthetic) [--plan PLAN] [--nproc K] ...`: train a DLRM.
 
 Every rank holds its shards of the plan, through the same code whatever K: one process holds them all; with
-``--nproc K`` (or under ``torchrun --nproc-per-node K -m haloflow train dlrm ...``) each of K ranks holds its own. Rank 0 shows progress, writes every JSON record to
+``--nproc K`` (or under ``torchrun --nproc-per-node K -m haloflow train dlrm ...``) each of K ranks holds its own.
+The run is defined by V logical workers (``--logical-workers``, default 4 or a plan's ranks): any K dividing V by a
+power of two trains the same floats (``engine/logical.py``). Rank 0 shows progress, writes every JSON record to
 ``--log-jsonl`` and prints a summary table at the end.
 """
 
@@ -40,7 +42,8 @@ def config_from_args(args: argparse.Namespace):
 def run(args: argparse.Namespace) -> int:
     config = config_from_args(args)  # checks the arguments before any process starts
     return launch_or_train(args, config, "dlrm", None if config.plan is None else
-                           lambda: (_plan_parts(config.plan), f"plan {config.plan}"))
+                           lambda: (_plan_parts(config.plan), f"plan {config.plan}"),
+                           hosted=not config.no_k_invariance)
 
 
 def _plan_parts(path) -> int:

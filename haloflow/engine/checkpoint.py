@@ -31,6 +31,8 @@ step, in the first attempt only, so a restarted run gets past it.
 
 from __future__ import annotations
 
+import hashlib
+
 import json
 import logging
 import os
@@ -154,6 +156,27 @@ class LoadedCheckpoint:
             missing = ids[~seen][:5].tolist()
             raise CheckpointError(f"{self.path}: has no {name!r} row of table {table} for ids {missing}")
         return out
+
+    def digest(self, skip: tuple[str, ...] = ("rng",)) -> str:
+        """SHA-256 of the trained state in global terms, whatever K wrote it: ``state`` (weights, optimizer state,
+        histories; keys in ``skip`` left out) and every table array whole (rows by range assembled in global
+        order, rows by id sorted by id). Two runs that trained the same floats give the same digest."""
+        h = hashlib.sha256()
+        _digest_into(h, {k: v for k, v in self.state.items() if k not in skip})
+        for table, name in sorted({(p["table"], p["name"]) for p in self.manifest["pieces"]}):
+            h.update(f"|table {table} {name}|".encode())
+            by_id = [p for p in self.manifest["pieces"] if p["table"] == table and p["name"] == name
+                     and p.get("ids_key")]
+            if by_id:
+                ids = torch.cat([self._open(p["file"])[p["ids_key"]] for p in by_id]).sort().values
+                _digest_into(h, ids)
+                _digest_into(h, self.rows_at(table, ids, name))
+                continue
+            ranged = [p for p in self.manifest["pieces"] if p["table"] == table and p["name"] == name]
+            n = max(p["rows"][1] for p in ranged)
+            width = max((p["cols"][1] for p in ranged if p["cols"] is not None), default=1)
+            _digest_into(h, self.rows(table, (0, n), (0, width), name))
+        return h.hexdigest()
 
     def has_rows(self, table: int, name: str) -> bool:
         return any(p["table"] == table and p["name"] == name for p in self.manifest["pieces"])
@@ -371,6 +394,24 @@ class Checkpointer:
             print(f"rank {self.layout.rank}: --fail-at {step}: killing this rank (a testing aid)", file=sys.stderr,
                   flush=True)
             os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _digest_into(h, value) -> None:
+    """Feed ``value`` (tensors, numbers, strings, lists and dicts of them, dict keys sorted) into hash ``h``."""
+    if isinstance(value, torch.Tensor):
+        t = value.detach().cpu().contiguous()
+        h.update(f"T{t.dtype}{tuple(t.shape)}".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    elif isinstance(value, dict):
+        for k in sorted(value, key=str):
+            h.update(f"K{k}".encode())
+            _digest_into(h, value[k])
+    elif isinstance(value, (list, tuple)):
+        h.update(f"L{len(value)}".encode())
+        for v in value:
+            _digest_into(h, v)
+    else:
+        h.update(f"V{value!r}".encode())
 
 
 def open_checkpoint(path: str | os.PathLike) -> LoadedCheckpoint:

@@ -20,7 +20,7 @@ from pathlib import Path
 from haloflow.errors import ConfigError
 from haloflow.utils.config_flags import hidden, nested, option
 
-__all__ = ["DEVICES", "SCHEDULES", "expect_parts", "CheckpointConfig", "RuntimeConfig", "GradSyncConfig"]
+__all__ = ["DEVICES", "SCHEDULES", "expect_parts", "expect_hosts", "CheckpointConfig", "RuntimeConfig", "GradSyncConfig"]
 
 DEVICES = ("auto", "cpu", "cuda")
 SCHEDULES = ("overlap", "wait_first")  # the exchange overlapped with compute, or the control that waits first
@@ -32,6 +32,17 @@ def expect_parts(parts: int, world_size: int, source: str) -> None:
         raise ConfigError(
             f"{source} has {parts} parts but {world_size} process{'es' if world_size > 1 else ''} "
             f"run: start {parts} (--nproc {parts}, or torchrun --nproc-per-node {parts})", field="nproc")
+
+
+def expect_hosts(parts: int, world_size: int, source: str) -> None:
+    """The check of V logical ranks (a plan's, a partition's parts) against K processes that host them: K must
+    divide V with a power of two per process (``engine/logical.py``), the fix in the message."""
+    per = parts // world_size if world_size > 0 else 0
+    if world_size < 1 or parts % world_size or per & (per - 1):
+        fits = [k for k in range(1, parts + 1) if parts % k == 0 and not (parts // k) & (parts // k - 1)]
+        raise ConfigError(f"{source} has {parts} parts, which {world_size} process{'es' if world_size > 1 else ''} "
+                          f"cannot host evenly: start one of {fits} (--nproc K, or torchrun --nproc-per-node K)",
+                          field="nproc")
 
 
 @dataclass(frozen=True, kw_only=True)

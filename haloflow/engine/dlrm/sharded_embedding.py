@@ -132,7 +132,8 @@ class ShardedEmbeddingCollection(nn.Module):
             for t in layout.dp_tables:
                 store = stores.make(f"t{t}", init(t, (0, layout.table_rows[t]), (0, D)), table=t,
                                     rows=(0, layout.table_rows[t]))
-                self.replica_bags.append(CachedEmbeddingBag(store, include_last_offset=True))
+                self.replica_bags.append(CachedEmbeddingBag(store, include_last_offset=True,
+                                                            per_occurrence=k_invariant))
             for s in self.slots:
                 store = stores.make(_slot_name(s), rect(s), cache_rows=s.cache_rows, table=s.table,
                                     rows=(s.row_offset, s.row_offset + s.num_rows))
@@ -348,7 +349,13 @@ class ShardedEmbeddingCollection(nn.Module):
         if self.stores is not None:
             self._sync_store_grads()
             return
-        if not self.layout.dp_tables or self.group is None:
+        if not self.layout.dp_tables:
+            return
+        if self.group is None:
+            if self.k_invariant:  # coalesced as K ranks coalesce the gathered rows: one sum per row, then the step
+                for w in self.replicas:
+                    if w.grad is not None and w.grad.is_sparse:
+                        w.grad = w.grad.coalesce()
             return
         if self.dp_grad == "dense":
             works = []
