@@ -4,7 +4,7 @@ import pytest
 import torch
 from torch import nn
 
-from haloflow.engine.logical import LogicalWorkers, fanout, sliced, tree_sum
+from haloflow.engine.logical import LogicalWorkers, fanout, sliced, sliced_mlp, tree_sum
 from haloflow.errors import ConfigError
 
 
@@ -59,3 +59,25 @@ def test_cut_depends_on_v_only_and_ranks_hold_contiguous_workers():
 def test_a_k_that_does_not_divide_v_by_a_power_of_two_is_refused(v, k):
     with pytest.raises(ConfigError, match="logical-workers"):
         LogicalWorkers(v, k, 0)
+
+
+@pytest.mark.parametrize("size", [32, 7])
+def test_sliced_mlp_gives_each_worker_its_bits_whatever_k_hosts_it(size):
+    """The MLP path of DLRM: K = 1, 2, 4 ranks hosting 4 workers get the same outputs and, after the ranks' tree,
+    the same weight gradients; slices of 32 rows run as one GEMM (rows agree), of 7 rows one GEMM per slice."""
+    model = _mlp()
+    x = torch.randn(4 * size, 13)
+
+    def run(rows, slices):
+        model.zero_grad(set_to_none=True)
+        y = sliced_mlp(model, rows, slices)
+        y.pow(2).sum().backward()
+        return y.detach(), [p.grad.clone() for p in model.parameters()]
+
+    y1, g1 = run(x, [size] * 4)
+    for k in (2, 4):
+        per = 4 // k
+        outs = [run(x[r * per * size:(r + 1) * per * size], [size] * per) for r in range(k)]
+        assert torch.equal(torch.cat([o[0] for o in outs]), y1)
+        for j, g in enumerate(g1):
+            assert torch.equal(tree_sum([o[1][j] for o in outs]), g), f"K = {k}, parameter {j}"

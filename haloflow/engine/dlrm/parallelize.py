@@ -25,11 +25,13 @@ contiguous slices (``split_sizes``)::
     net.finish_step()      # data-parallel tables' gradient sum, MLP gradient sync, row stores' fused update
     mlp_optimizer.step()   # a torch optimizer over net.parameters(): the MLPs, and the tables when not in stores
 
-K ranks compute the same model as one process up to float32 rounding: the MLP weight gradients are sums over
-samples taken in a different order (one product over B samples, or K over B_r, then summed). Rounding-sized
-differences stay rounding-sized until a ReLU input lies within them of zero; then one run passes that
-sample's gradient through the unit and the other does not, and the runs part by far more than rounding.
-``tests/engine/scripts/dlrm_synthetic_parity.py`` shows it, and checks the layouts in float64.
+K ranks compute the floats one process computes, for a fixed V (``engine/logical.py``): the plan is made for V
+logical ranks and hosted by the K (a row-wise table's partial sums added in logical-rank order), each MLP layer
+gives every sample the bits of its logical worker's slice and sums the weight gradient over the workers by one
+tree (the ranks' part of the tree in ``BucketedGradSync``), and a replicated table's rows are coalesced over the
+global batch in sample order. Without that (``--no-k-invariance``: V = K) the MLP weight gradients are sums over
+samples in an order that depends on K, and once a ReLU input lies within that rounding of zero the runs part by
+far more than rounding. ``tests/engine/dlrm/test_exact.py`` holds the equality (K = 1, 2, 4) and the control.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ from haloflow.engine.comm import CommStats, Group
 from haloflow.engine.dlrm.shard_stores import ShardStores
 from haloflow.engine.dlrm.sharded_embedding import ShardedEmbeddingCollection
 from haloflow.engine.grad_sync import BucketedGradSync
-from haloflow.engine.logical import sliced
+from haloflow.engine.logical import sliced_mlp
 from haloflow.kernels.interaction import interaction
 from haloflow.errors import ConfigError
 from haloflow.models.dlrm import DLRM, DLRMConfig, check_fits
@@ -86,23 +88,22 @@ class DistributedDLRM(nn.Module):
         """``DLRM.forward``; ``batch_sizes`` (every rank's B_r) spares the lookup a collective to learn them.
 
         ``slices``: the sizes of this rank's logical workers' slices of its B_r samples (``engine/logical.py``).
-        The lookup runs once over all B_r samples (a bag's sum does not depend on the other bags); the MLPs and
-        the interaction run once per slice, in the slice's shapes whatever K, each through its own aliases of
-        the weights, so that a weight's gradient is the tree sum of the slices' gradients::
+        The lookup runs once over all B_r samples (a bag's sum does not depend on the other bags), the
+        interaction sample by sample; each MLP layer gives every sample its slice's bits and its weight gradient
+        is the tree sum of the slices' gradients (``logical.sliced_mlp``)::
 
-            pooled = lookup(sparse)                        (B_r, T, D), one exchange
-            for each slice v:  logit_v = top(interaction(bottom(dense_v), pooled_v))   (b_v,)
+            pooled = lookup(sparse)                                   (B_r, T, D), one exchange
+            logits = top(interaction(bottom(dense), pooled))          (B_r,), layers sliced
         """
         model = self.model
         model.embeddings.batch_sizes = batch_sizes
-        slices = [b for b in (slices or ()) if b > 0]  # an empty slice (a batch smaller than V) adds nothing
-        if len(slices) <= 1:
+        if slices is None:
             return model(dense, sparse)
+        slices = [b for b in slices if b > 0]  # an empty slice (a batch smaller than V) adds nothing
         handle = model.embed_start(sparse)
-        zs = sliced(model.bottom, [(d,) for d in dense.split(slices)])  # V/K x (b_v, D), overlaps the lookup
-        pooled = handle.wait().split(slices)  # V/K x (b_v, T, D)
-        logits = sliced(model.top, [(interaction(z, p),) for z, p in zip(zs, pooled)])  # V/K x (b_v, 1)
-        return torch.cat(logits).squeeze(1)  # (B_r,)
+        z = sliced_mlp(model.bottom, dense, slices)  # (B_r, D), overlaps the lookup
+        pooled = handle.wait()  # (B_r, T, D)
+        return sliced_mlp(model.top, interaction(z, pooled), slices).squeeze(1)  # (B_r,)
 
     def dense_parameters(self) -> list[nn.Parameter]:
         return self.model.dense_parameters()
