@@ -107,6 +107,7 @@ class DLRMPredictConfig:
             synthetic_val=self.synthetic_val, batch_size=self.batch_size or int(m["batch_size"]),
             embedding_dim=int(m["embedding_dim"]), bottom_mlp=tuple(m["bottom_mlp"]), top_mlp=tuple(m["top_mlp"]),
             seed=int(m["seed"]), dtype="float64" if dtype == torch.float64 else "float32",
+            logical_workers=m.get("logical_workers"),  # the trainer's slices: its evaluation's bits, at any K
             max_eval_batches=self.max_batches, runtime=predict_runtime(self.device, self.timeout_s))
 
 
