@@ -3,8 +3,12 @@
 ::
 
     haloflow train gcn --dataset PATH                           single process
-    haloflow train gcn --partitions DIR --nproc K               one rank per part, torchrun started for you
+    haloflow train gcn --partitions DIR [--nproc K]             V / K parts per rank, torchrun started for you
     torchrun --nproc-per-node K -m haloflow train gcn --partitions DIR    the same, under your own torchrun
+
+A run is defined by V, the partition folder's parts: any K that divides V with a power of two per rank (V = 4:
+K = 1, 2 or 4) trains the same model bit for bit, every logged loss equal; so does --resume at another such K.
+Each part computes on its own, whichever rank hosts it. A --dataset run is V = 1.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import functools
 
 from haloflow.cli.config_args import ConfigArgs, HelpFormatter
 from haloflow.cli.reader_args import add_reader_arguments, reader_options
-from haloflow.cli.runtime_args import add_launch_arguments, folder_parts, launch_or_train
+from haloflow.cli.runtime_args import add_launch_arguments, launch_or_train
 
 __all__ = ["register", "config_from_args"]
 
@@ -45,5 +49,10 @@ def run(args: argparse.Namespace) -> int:
 
     config = config_from_args(args)  # validate here, before starting any process
     if args.nproc is not None and config.partitions is None:
-        raise ConfigError("--nproc needs --partitions DIR (one rank per part); --dataset runs in one process")
-    return launch_or_train(args, config, "gcn", folder_parts(config.partitions))
+        raise ConfigError("--nproc needs --partitions DIR (V / K parts per rank); --dataset runs in one process")
+    if args.nproc is not None and args.nproc >= 1:  # V / K parts per rank: checked before any rank starts
+        from haloflow.engine.run_config import expect_divides
+        from haloflow.partition.format import load_meta
+
+        expect_divides(load_meta(config.partitions).num_parts, args.nproc * args.nnodes, str(config.partitions))
+    return launch_or_train(args, config, "gcn")

@@ -9,6 +9,7 @@ ranks (``tests/cli/test_runtime_args.py`` holds it to that).
     GradSyncConfig        --bucket-bytes: the weight-gradient buckets                   (engine/grad_sync.py)
     SCHEDULES             "overlap" or its control "wait_first" (GCN's halos, TGN's rows)
     expect_parts          the one check of a partition's or plan's K against the number of processes
+    expect_divides        the launcher's check of V logical workers on K processes (``engine/logical.py``'s rule)
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from pathlib import Path
 from haloflow.errors import ConfigError
 from haloflow.utils.config_flags import hidden, nested, option
 
-__all__ = ["DEVICES", "SCHEDULES", "expect_parts", "CheckpointConfig", "RuntimeConfig", "GradSyncConfig"]
+__all__ = ["DEVICES", "SCHEDULES", "expect_parts", "expect_divides", "CheckpointConfig", "RuntimeConfig", "GradSyncConfig"]
 
 DEVICES = ("auto", "cpu", "cuda")
 SCHEDULES = ("overlap", "wait_first")  # the exchange overlapped with compute, or the control that waits first
@@ -32,6 +33,17 @@ def expect_parts(parts: int, world_size: int, source: str) -> None:
         raise ConfigError(
             f"{source} has {parts} parts but {world_size} process{'es' if world_size > 1 else ''} "
             f"run: start {parts} (--nproc {parts}, or torchrun --nproc-per-node {parts})", field="nproc")
+
+
+def expect_divides(v: int, world_size: int, source: str) -> None:
+    """V logical workers (a folder's parts) on ``world_size`` processes: K must divide V with a power of two per
+    rank (``engine/logical.LogicalWorkers`` holds the ranks to it; this is the launcher's check, without torch)."""
+    per = v // world_size if world_size > 0 else 0
+    if world_size < 1 or v % world_size or per & (per - 1):
+        fits = [k for k in range(1, v + 1) if v % k == 0 and not (v // k) & (v // k - 1)]
+        raise ConfigError(f"{source} has {v} parts, which {world_size} process{'es' if world_size > 1 else ''} "
+                          f"cannot host: each hosts V / K parts, a power of two (for V = {v}: --nproc in {fits})",
+                          field="nproc")
 
 
 @dataclass(frozen=True, kw_only=True)
