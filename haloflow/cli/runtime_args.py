@@ -157,16 +157,18 @@ def _report_failure(notes: Path, nproc: int, max_restarts: int, status: int) -> 
 
 
 def launch_or_train(args: argparse.Namespace, config, family: str,
-                    parts: Callable[[], tuple[int, str]] | None = None) -> int:
+                    parts: Callable[[], tuple[int, str]] | None = None,
+                    expect: Callable[[int, int, str], None] = _expect_parts) -> int:
     """What every ``haloflow train MODEL`` does after parsing: with ``--nproc K``, check K against what ``parts``
-    says the input was made for (before any process starts) and relaunch; otherwise train ``family`` (a name in
-    ``engine/families.py``) here and print its summary table on rank 0. The trainer and torch are imported only
+    says the input was made for (``expect``: the same K, or one that divides it) before any process starts, and
+    relaunch; otherwise train ``family`` (a name in ``engine/families.py``) here and print its summary table on
+    rank 0. The trainer and torch are imported only
     then: a launcher checks and relaunches without them."""
     _check_restarts(args, config)
     nodes = _nodes(args)
     if args.nproc is not None and parts is not None:
         k, source = parts()
-        _expect_parts(k, args.nproc * nodes.nnodes, source)
+        expect(k, args.nproc * nodes.nnodes, source)
     status = relaunch_if_asked(args)
     if status is not None:
         return status

@@ -18,7 +18,7 @@ import functools
 
 from haloflow.cli.config_args import ConfigArgs, HelpFormatter
 from haloflow.cli.reader_args import add_reader_arguments, reader_options
-from haloflow.cli.runtime_args import add_launch_arguments, launch_or_train
+from haloflow.cli.runtime_args import add_launch_arguments, folder_parts, launch_or_train
 
 __all__ = ["register", "config_from_args"]
 
@@ -50,9 +50,7 @@ def run(args: argparse.Namespace) -> int:
     config = config_from_args(args)  # validate here, before starting any process
     if args.nproc is not None and config.partitions is None:
         raise ConfigError("--nproc needs --partitions DIR (V / K parts per rank); --dataset runs in one process")
-    if args.nproc is not None and args.nproc >= 1:  # V / K parts per rank: checked before any rank starts
-        from haloflow.engine.run_config import expect_divides
-        from haloflow.partition.format import load_meta
+    from haloflow.engine.run_config import expect_divides
 
-        expect_divides(load_meta(config.partitions).num_parts, args.nproc * args.nnodes, str(config.partitions))
-    return launch_or_train(args, config, "gcn")
+    # V / K parts per rank: K checked against the folder's V before any rank starts
+    return launch_or_train(args, config, "gcn", folder_parts(config.partitions), expect=expect_divides)

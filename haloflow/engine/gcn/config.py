@@ -31,8 +31,9 @@ class HaloConfig:
             the overlapped schedule; both give the same numbers.
     """
 
-    staleness: int = option(0, help="1: use the previous epoch's halos (PipeGCN)")
-    halo_keep: float = option(1.0, help="< 1: sample halo rows (BNS-GCN)")
+    staleness: int = option(0, help="1: use the previous epoch's halos (PipeGCN; one part per rank, not bitwise "
+                            "across K)")
+    halo_keep: float = option(1.0, help="< 1: sample halo rows (BNS-GCN; one part per rank, not bitwise across K)")
     seed: int = hidden(0, why="the trainer's seed (GCN: --seed)")
     schedule: str = hidden("overlap", why="the control `haloflow bench gcn-dist` times the overlap against")
 
