@@ -32,10 +32,41 @@ from haloflow.engine.comm import CommStats, peer_note, wait_work
 from haloflow.engine.gcn.config import HaloConfig
 from haloflow.engine.logical import LogicalWorkers
 from haloflow.errors import ConfigError, DistributedError
-from haloflow.models.spmm import DEFAULT_KERNEL
+from haloflow.models.aggregate import add_diagonal, normalized_values, self_loop_values
+from haloflow.models.spmm import DEFAULT_KERNEL, SparseOperator
 from haloflow.partition.types import GraphPart
 
-__all__ = ["PartsExchange", "PartsAggregator"]
+__all__ = ["PartsExchange", "PartsAggregator", "split_part_operators"]
+
+
+def split_part_operators(part: GraphPart, norm: str, kernel: str = DEFAULT_KERNEL) -> tuple[SparseOperator, SparseOperator]:
+    """``(A_inner, A_halo)`` of a part: (n_inner, n_inner) with the self-loops, and (n_inner, n_halo).
+
+    Values come from ``normalized_values`` with the global degrees the part carries, so every edge has exactly
+    the value the single-device operator gives it.
+    """
+    n_inner, n_halo = part.n_inner, part.n_halo
+    indptr = np.asarray(part.indptr, dtype=np.int64)
+    indices = np.asarray(part.indices, dtype=np.int64)
+    deg = np.asarray(part.in_degree, dtype=np.int64)  # (n_inner + n_halo,) global in-degrees
+    values = normalized_values(indptr, indices, deg[:n_inner], deg, norm)  # (nnz,)
+    rows = np.repeat(np.arange(n_inner, dtype=np.int64), np.diff(indptr))  # (nnz,)
+    inner = indices < n_inner
+
+    def block(mask: np.ndarray, col_shift: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        counts = np.bincount(rows[mask], minlength=n_inner)
+        ptr = np.zeros(n_inner + 1, dtype=np.int64)
+        np.cumsum(counts, out=ptr[1:])
+        return ptr, indices[mask] - col_shift, values[mask]  # rows stay sorted: masking keeps the order
+
+    ip, ii, iv = block(inner, 0)
+    diag = self_loop_values(deg[:n_inner], norm)
+    if diag is not None:
+        ip, ii, iv = add_diagonal(ip, ii, iv, diag)
+    hp, hi, hv = block(~inner, n_inner)
+    a_inner = SparseOperator(ip, ii, iv, (n_inner, n_inner), kernel=kernel)
+    a_halo = SparseOperator(hp, hi, hv, (n_inner, n_halo), kernel=kernel)
+    return a_inner, a_halo
 
 
 @dataclass(frozen=True)
@@ -284,8 +315,6 @@ class PartsAggregator:
 
     def __init__(self, parts: list[GraphPart], workers: LogicalWorkers, group=None, *, norm: str = "gcn",
                  config: HaloConfig | None = None, stats: CommStats | None = None, kernel: str = DEFAULT_KERNEL):
-        from haloflow.engine.gcn.parallelize import split_part_operators
-
         self.config = config or HaloConfig()
         if not self.config.exact:
             raise ConfigError("PartsAggregator computes exact halos; staleness and halo_keep need one part per rank "
