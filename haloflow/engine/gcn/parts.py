@@ -345,10 +345,18 @@ class PartsAggregator:
         token = _StartFn.apply(op, *hs)  # returns at once: the all-to-all is in flight
         if op.wait_first:  # the control: nothing overlaps the exchange
             halos = _WaitFn.apply(token, op)
-            return [a_in @ h + a_halo @ halo for (a_in, a_halo), h, halo in zip(self.ops, hs, halos)]
-        inner = [a_in @ h for (a_in, _), h in zip(self.ops, hs)]  # (n_inner, F) each, while the halo is in flight
+            inner = self._inner(hs)
+            return [y + a_halo @ halo for (_, a_halo), y, halo in zip(self.ops, inner, halos)]
+        inner = self._inner(hs)  # (n_inner, F) each, while the halo is in flight
         halos = _WaitFn.apply(token, op)
         return [y + a_halo @ halo for (_, a_halo), y, halo in zip(self.ops, inner, halos)]
+
+    def _inner(self, hs: list[torch.Tensor]) -> list[torch.Tensor]:
+        """A_inner @ h of every hosted part (marked "inner:fwd" in the trace once they ran)."""
+        out = [a_in @ h for (a_in, _), h in zip(self.ops, hs)]
+        if self.trace is not None:
+            self.trace.append("inner:fwd")
+        return out
 
     def _exchange(self, layer: int) -> PartsExchange:
         if layer not in self._exchanges:

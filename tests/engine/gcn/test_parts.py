@@ -77,3 +77,18 @@ def test_blocks_of_the_wrong_shape_are_refused():
     agg = PartsAggregator(parts, LogicalWorkers(2, 1, 0), None)
     with pytest.raises(ConfigError, match="one \\(n_inner, F\\) block per hosted part"):
         agg.aggregate_blocks(0, [torch.zeros(3, 2)])
+
+
+@pytest.mark.parametrize("schedule, order", [("overlap", ["launch:fwd", "inner:fwd", "wait:fwd"]),
+                                             ("wait_first", ["launch:fwd", "wait:fwd", "inner:fwd"])])
+def test_the_inner_spmms_run_while_the_exchange_is_in_flight(schedule, order):
+    """The overlap: launch, every hosted part's inner SpMM, then wait (the control waits first); the same floats."""
+    dataset = small_dataset()
+    parts = parts_of(dataset, 2, method="random")
+    outs = []
+    for name in ("overlap", schedule):
+        agg = PartsAggregator(parts, LogicalWorkers(2, 1, 0), None, config=HaloConfig(schedule=name))
+        agg.trace = []
+        outs.append(agg.aggregate_blocks(0, [torch.from_numpy(dataset.features[p.orig_ids]) for p in parts]))
+    assert agg.trace == order
+    assert all(torch.equal(a, b) for a, b in zip(*outs))
