@@ -67,9 +67,9 @@ def _bare_exchanges(agg, widths, device) -> callable:
 
     calls = []
     for layer, w in widths:
-        ex = agg._exact[layer]
-        send = torch.zeros(ex.send_ids.numel(), w, device=device)  # (sum send, w)
-        halo = torch.zeros(ex.n_halo, w, device=device)  # (n_halo, w)
+        ex = agg._exchange(layer)  # the rank's exchange of its hosted parts
+        send = torch.zeros(sum(ex.send_counts), w, device=device)  # (sum send, w)
+        halo = torch.zeros(sum(ex.recv_counts), w, device=device)  # (rows received, w)
         calls.append((halo, send, ex.recv_counts, ex.send_counts))  # forward: rows to the halo holders
         calls.append((send, halo, ex.send_counts, ex.recv_counts))  # backward: halo gradients to the owners
 
@@ -82,12 +82,12 @@ def _bare_exchanges(agg, widths, device) -> callable:
 
 def _inner_compute(agg, widths, device) -> callable:
     """One epoch's inner SpMMs alone (A_inner @ h forward and its backward), the work an exchange can hide behind."""
-    xs = [torch.randn(agg.part.n_inner, w, device=device, requires_grad=True) for _, w in widths]
-    gs = [torch.randn(agg.part.n_inner, w, device=device) for _, w in widths]
+    pairs = [(a_inner, torch.randn(p.n_inner, w, device=device, requires_grad=True),
+              torch.randn(p.n_inner, w, device=device)) for _, w in widths for p, (a_inner, _) in zip(agg.parts, agg.ops)]
 
     def run():
-        for x, g in zip(xs, gs):
-            (agg.a_inner @ x).backward(g)
+        for a_inner, x, g in pairs:
+            (a_inner @ x).backward(g)
             x.grad = None
 
     return run

@@ -4,7 +4,7 @@ its ``predict_<family>``.
 ::
 
     haloflow predict gcn  --model model.pt --dataset DATA --out nodes.parquet          every node's class
-    haloflow predict gcn  --model ckpt/ --partitions parts/ --nproc 2 --out nodes.csv  one rank per part
+    haloflow predict gcn  --model ckpt/ --partitions parts/ --nproc 2 --out nodes.csv  V / K parts per rank
     haloflow predict dlrm --model model.pt --data DIR --out clicks.parquet             a probability per row
     haloflow predict tgn  --model model.pt --events wiki.csv --out events.parquet      a score per event
 
@@ -77,7 +77,12 @@ def run(family: str, args: argparse.Namespace) -> int:
     given = {"reader_options": tuple(reader_options(args).items())} if family == "gcn" else {}
     config = _config_args(family).build(args, given=given)  # checks the arguments before any process starts
     if family == "gcn" and args.nproc is not None and config.partitions is None:
-        raise ConfigError("--nproc needs --partitions DIR (one rank per part); --dataset runs in one process")
+        raise ConfigError("--nproc needs --partitions DIR (V / K parts per rank); --dataset runs in one process")
+    if family == "gcn" and args.nproc is not None and args.nproc >= 1:  # before any rank starts
+        from haloflow.engine.run_config import expect_hosts
+        from haloflow.partition.format import load_meta
+
+        expect_hosts(load_meta(config.partitions).num_parts, args.nproc, str(config.partitions))
     status = relaunch_if_asked(args)
     if status is not None:
         return status

@@ -40,7 +40,8 @@ def add_launch_arguments(p: argparse.ArgumentParser) -> None:
     node flags are dropped from their command line, ``--max-restarts`` goes to torchrun)."""
     g = p.add_argument_group("starting ranks")
     nproc = g.add_argument("--nproc", type=int, metavar="K", help="start K local ranks with torchrun (K x --nnodes "
-                           "= the partition's or the plan's parts); leave it out under your own torchrun")
+                           "as the input allows: the plan's or the partition's parts; for GCN any number that divides "
+                           "the folder's parts with a power of two per rank); leave it out under your own torchrun")
     nproc.means = "this process alone"  # read by config_args.HelpFormatter
     g.add_argument("--max-restarts", type=int, default=0, metavar="N",
                    help="with --nproc: when a rank dies, restart every rank from the last checkpoint, up to N times")

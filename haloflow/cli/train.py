@@ -21,7 +21,7 @@ from haloflow.utils.help_format import HelpFormatter
 __all__ = ["register"]
 
 COMMAND = "train"
-HELP = "train a model (single process, or one rank per part under torchrun)"
+HELP = "train a model (single process, or several ranks under torchrun)"
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -3,8 +3,12 @@
 ::
 
     haloflow train gcn --dataset PATH                           single process
-    haloflow train gcn --partitions DIR --nproc K               one rank per part, torchrun started for you
+    haloflow train gcn --partitions DIR [--nproc K]             V / K parts per rank, torchrun started for you
     torchrun --nproc-per-node K -m haloflow train gcn --partitions DIR    the same, under your own torchrun
+
+A run is defined by V, the partition folder's parts: any K that divides V with a power of two per rank (V = 4:
+K = 1, 2 or 4) trains the same model bit for bit, every logged loss equal; so does --resume at another such K.
+Each part computes on its own, whichever rank hosts it. A --dataset run is V = 1.
 """
 
 from __future__ import annotations
@@ -45,5 +49,7 @@ def run(args: argparse.Namespace) -> int:
 
     config = config_from_args(args)  # validate here, before starting any process
     if args.nproc is not None and config.partitions is None:
-        raise ConfigError("--nproc needs --partitions DIR (one rank per part); --dataset runs in one process")
-    return launch_or_train(args, config, "gcn", folder_parts(config.partitions))
+        raise ConfigError("--nproc needs --partitions DIR (V / K parts per rank); --dataset runs in one process")
+
+    # V / K parts per rank: K checked against the folder's V before any rank starts
+    return launch_or_train(args, config, "gcn", folder_parts(config.partitions), hosted=True)

@@ -9,6 +9,7 @@ ranks (``tests/cli/test_runtime_args.py`` holds it to that).
     GradSyncConfig        --bucket-bytes: the weight-gradient buckets                   (engine/grad_sync.py)
     SCHEDULES             "overlap" or its control "wait_first" (GCN's halos, TGN's rows)
     expect_parts          the one check of a partition's or plan's K against the number of processes
+    expect_hosts          the launcher's check of V logical workers on K processes (``engine/logical.py``'s rule)
 """
 
 from __future__ import annotations
@@ -34,14 +35,15 @@ def expect_parts(parts: int, world_size: int, source: str) -> None:
             f"run: start {parts} (--nproc {parts}, or torchrun --nproc-per-node {parts})", field="nproc")
 
 
-def expect_hosts(parts: int, world_size: int, source: str) -> None:
-    """The check of V logical ranks (a plan's, a partition's parts) against K processes that host them: K must
-    divide V with a power of two per process (``engine/logical.py``), the fix in the message."""
-    per = parts // world_size if world_size > 0 else 0
-    if world_size < 1 or parts % world_size or per & (per - 1):
-        fits = [k for k in range(1, parts + 1) if parts % k == 0 and not (parts // k) & (parts // k - 1)]
-        raise ConfigError(f"{source} has {parts} parts, which {world_size} process{'es' if world_size > 1 else ''} "
-                          f"cannot host evenly: start one of {fits} (--nproc K, or torchrun --nproc-per-node K)",
+def expect_hosts(v: int, world_size: int, source: str) -> None:
+    """V logical ranks (a folder's parts, a plan's ranks) on ``world_size`` processes: K must divide V with a power
+    of two per rank (``engine/logical.LogicalWorkers`` holds the ranks to it; this is the launcher's check, without
+    torch)."""
+    per = v // world_size if world_size > 0 else 0
+    if world_size < 1 or v % world_size or per & (per - 1):
+        fits = [k for k in range(1, v + 1) if v % k == 0 and not (v // k) & (v // k - 1)]
+        raise ConfigError(f"{source} has {v} parts, which {world_size} process{'es' if world_size > 1 else ''} "
+                          f"cannot host: each hosts V / K parts, a power of two (for V = {v}: --nproc in {fits})",
                           field="nproc")
 
 

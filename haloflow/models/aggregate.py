@@ -32,6 +32,7 @@ from haloflow.models.spmm import DEFAULT_KERNEL, SparseOperator
 
 __all__ = [
     "Aggregator",
+    "BlockAggregator",
     "LocalAggregator",
     "NORMS",
     "normalized_values",
@@ -49,6 +50,17 @@ class Aggregator(Protocol):
     def aggregate(self, layer: int, h: torch.Tensor) -> torch.Tensor:
         """(n_own, F) -> (n_own, F): row v = sum over in-neighbours u of v (plus the self-loop for "gcn") of
         norm(u, v) * h[u], where rows of remote u come from their owners. Differentiable in h."""
+        ...
+
+
+@runtime_checkable
+class BlockAggregator(Aggregator, Protocol):
+    """An `Aggregator` over several blocks of rows at once (a process hosting several parts of a graph): what
+    ``GCN.forward_blocks`` calls with more than one block."""
+
+    def aggregate_blocks(self, layer: int, hs: list[torch.Tensor]) -> list[torch.Tensor]:
+        """[(n_b, F)] -> [(n_b, F)]: ``aggregate`` of each block, every block's rows computed on their own; the
+        blocks' remote neighbours (in other blocks or processes) gathered together."""
         ...
 
 

@@ -21,6 +21,14 @@ the engine to exchange), otherwise aggregates first; the choice depends only on 
     layer l:               H ──drop──> @Wl ──agg──> +b ──> relu                 if out_dim < in_dim
                            H ──drop──> agg ──> @Wl ──> +b ──> relu              otherwise
 
+Several blocks of rows (``forward_blocks``: the parts of a graph one process hosts) run layer by layer side by
+side, each block in its own products and with its own views of the weights, so that a block computes the same
+floats whichever blocks sit beside it (a matrix product gives a row other bits at another number of rows)::
+
+    blocks b0, b1          h_b0 ──drop──> @W(view 0) ──┐           ┌──> +b(view 0) ──> ...
+                           h_b1 ──drop──> @W(view 1) ──┴─ agg ─────┴──> +b(view 1) ──> ...
+                                                   (one aggregate_blocks: each block's halo from the others)
+
 Shapes:
     x: (n_own, in_dim); node_ids: int64 (n_own,) global ids; logits: (n_own, out_dim).
 """
@@ -28,6 +36,7 @@ Shapes:
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -65,55 +74,94 @@ class GCN(nn.Module):
             else None
         )
         self.biases = nn.ParameterList(nn.Parameter(torch.zeros(dims[i + 1])) for i in range(config.num_layers))
-        self._cache: torch.Tensor | None = None  # (n_own, in_dim) = agg.aggregate(0, x), no grad
+        self._cache: list[torch.Tensor] | None = None  # per block (n_b, in_dim) = agg.aggregate(0, x), no grad
         self._cache_key: tuple | None = None
 
     # ------------------------------------------------------------------------------------------------ layer 0
     def precompute(self, x: torch.Tensor, agg: Aggregator) -> None:
         """Cache ``agg.aggregate(0, x)`` (no grad) for layer 0; `forward` with the same x and agg reuses it."""
+        self.precompute_blocks([x], agg)
+
+    def precompute_blocks(self, xs: Sequence[torch.Tensor], agg: Aggregator) -> None:
+        """`precompute` for blocks of rows (see `forward_blocks`)."""
         _check_agg(agg, self.config)
         with torch.no_grad():
-            self._cache = agg.aggregate(0, x)  # (n_own, in_dim)
-        self._cache_key = _key(x, agg)
+            self._cache = _aggregate(agg, 0, list(xs))  # [(n_b, in_dim)]
+        self._cache_key = _key(xs, agg)
 
-    def _first_input(self, x: torch.Tensor, agg: Aggregator) -> torch.Tensor:
-        if self._cache is None or self._cache_key != _key(x, agg):
+    def _first_inputs(self, xs: Sequence[torch.Tensor], agg: Aggregator) -> list[torch.Tensor]:
+        if self._cache is None or self._cache_key != _key(xs, agg):
             log.debug("precomputing layer 0's aggregation of the input features")
-            self.precompute(x, agg)
+            self.precompute_blocks(xs, agg)
         return self._cache
 
     # ------------------------------------------------------------------------------------------------ forward
     def forward(self, x: torch.Tensor, agg: Aggregator, node_ids: torch.Tensor, epoch: int) -> torch.Tensor:
-        cfg = self.config
-        if x.dim() != 2 or x.shape[1] != cfg.in_dim or node_ids.shape != (x.shape[0],):
-            raise ConfigError(
-                f"GCN expects x (n, {cfg.in_dim}) and node_ids (n,), got {tuple(x.shape)} and {tuple(node_ids.shape)}"
-            )
+        """Logits (n_own, out_dim) of the rows ``x`` (n_own, in_dim) with global ids ``node_ids``."""
+        return self.forward_blocks([x], agg, [node_ids], epoch)[0]
 
-        def drop(t: torch.Tensor, layer: int, stream: int = 0, relu: bool = False) -> torch.Tensor:
-            return keyed_dropout(t, node_ids, p=cfg.dropout, seed=cfg.seed, epoch=epoch,
+    def forward_blocks(self, xs: Sequence[torch.Tensor], agg: Aggregator, node_ids: Sequence[torch.Tensor],
+                       epoch: int, *, params: Sequence[Sequence[torch.Tensor]] | None = None) -> list[torch.Tensor]:
+        """`forward` on several blocks of rows, each computed on its own (its own products, in its own shapes),
+        layer by layer, so that a block's floats never depend on the blocks beside it.
+
+        Args:
+            xs / node_ids: the blocks' rows (n_b, in_dim) and their global ids (n_b,).
+            agg: with more than one block, a `BlockAggregator` (``aggregate_blocks(layer, hs)``).
+            params: per block, its own views of ``self.parameters()`` in that order (``engine.logical.fanout``
+                makes them: a weight's gradient is then a fixed sum of the blocks' gradients); None: the parameters
+                themselves for every block.
+
+        Returns:
+            the blocks' logits, [(n_b, out_dim)].
+        """
+        cfg, n = self.config, len(xs)
+        for x, ids in zip(xs, node_ids, strict=True):
+            if x.dim() != 2 or x.shape[1] != cfg.in_dim or ids.shape != (x.shape[0],):
+                raise ConfigError(f"GCN expects x (n, {cfg.in_dim}) and node_ids (n,), got {tuple(x.shape)} and "
+                                  f"{tuple(ids.shape)}")
+        views = [self._unpack(p) for p in params] if params is not None else [self._unpack(self.parameters())] * n
+        if len(views) != n:
+            raise ConfigError(f"forward_blocks: {n} blocks but parameter views for {len(views)}")
+
+        def drop(t: torch.Tensor, b: int, layer: int, stream: int = 0, relu: bool = False) -> torch.Tensor:
+            return keyed_dropout(t, node_ids[b], p=cfg.dropout, seed=cfg.seed, epoch=epoch,
                                  layer=layer * _STREAMS + stream, training=self.training, relu=relu)
 
         _check_agg(agg, cfg)
-        h = x
+        hs = list(xs)
+        blocks = range(n)
         for layer in range(cfg.num_layers):
-            w, b = self.weights[layer], self.biases[layer]
+            w = [views[b][0][layer] for b in blocks]
+            bias = [views[b][2][layer] for b in blocks]
+            sw = [views[b][1][layer] for b in blocks] if self.self_weights is not None else None
             if layer == 0 and cfg.precompute_first:
-                ah = drop(self._first_input(x, agg), 0, stream=1)  # (n, in_dim) = drop(A X)
-                out = (ah @ w).add_(b)  # (n, hidden); in place: no second 4nF-byte buffer to fault in
-                if self.self_weights is not None:
-                    out = out + drop(x, 0) @ self.self_weights[0]
+                first = self._first_inputs(xs, agg)
+                # (n_b, hidden) = drop(A X) @ W0 + b0; in place: no second 4nF-byte buffer to fault in
+                outs = [(drop(first[b], b, 0, stream=1) @ w[b]).add_(bias[b]) for b in blocks]
+                if sw is not None:
+                    outs = [outs[b] + drop(xs[b], b, 0) @ sw[b] for b in blocks]
             else:
-                # (n, d_l) = drop(relu(h)): one pass, one saved mask; layer 0 (Kipf's form): drop(X), no relu
-                hd = drop(h, layer, relu=layer > 0)
+                # (n_b, d_l) = drop(relu(h)): one pass, one saved mask; layer 0 (Kipf's form): drop(X), no relu
+                hd = [drop(hs[b], b, layer, relu=layer > 0) for b in blocks]
                 if cfg.transform_first(layer):
-                    out = agg.aggregate(layer, hd @ w).add_(b)  # (n, d_l+1)
+                    agged = _aggregate(agg, layer, [hd[b] @ w[b] for b in blocks])
+                    outs = [agged[b].add_(bias[b]) for b in blocks]  # (n_b, d_l+1)
                 else:
-                    out = (agg.aggregate(layer, hd) @ w).add_(b)  # (n, d_l+1)
-                if self.self_weights is not None:
-                    out = out + hd @ self.self_weights[layer]
-            h = out  # pre-activation; the next layer applies relu fused with its dropout
-        return h  # (n, out_dim)
+                    agged = _aggregate(agg, layer, hd)
+                    outs = [(agged[b] @ w[b]).add_(bias[b]) for b in blocks]  # (n_b, d_l+1)
+                if sw is not None:
+                    outs = [outs[b] + hd[b] @ sw[b] for b in blocks]
+            hs = outs  # pre-activation; the next layer applies relu fused with its dropout
+        return hs  # [(n_b, out_dim)]
+
+    def _unpack(self, flat) -> tuple[list, list | None, list]:
+        """``self.parameters()`` order (weights, self weights when GraphSAGE, biases) -> the three per-layer lists."""
+        flat, n = list(flat), self.config.num_layers
+        if len(flat) != (3 if self.self_weights is not None else 2) * n:
+            raise ConfigError(f"expected views of the model's {len(list(self.parameters()))} parameters, got {len(flat)}")
+        sw = flat[n:2 * n] if self.self_weights is not None else None
+        return flat[:n], sw, flat[-n:]
 
     def param_groups(self, weight_decay: float) -> list[dict]:
         """Optimizer groups with ``weight_decay`` on layer 0's weights only (Kipf & Welling's setting)."""
@@ -150,9 +198,16 @@ def _glorot(fan_in: int, fan_out: int, gen: torch.Generator) -> nn.Parameter:
     return nn.Parameter((torch.rand(fan_in, fan_out, generator=gen) * 2.0 - 1.0) * bound)
 
 
-def _key(x: torch.Tensor, agg: Aggregator) -> tuple:
-    # Identifies "the same input": storage, shape and version of x, and the aggregator object.
-    return (x.data_ptr(), tuple(x.shape), x._version, id(agg))
+def _key(xs: Sequence[torch.Tensor], agg: Aggregator) -> tuple:
+    # Identifies "the same input": storage, shape and version of every block, and the aggregator object.
+    return (tuple((x.data_ptr(), tuple(x.shape), x._version) for x in xs), id(agg))
+
+
+def _aggregate(agg: Aggregator, layer: int, hs: list[torch.Tensor]) -> list[torch.Tensor]:
+    """One block: ``agg.aggregate``; several: ``agg.aggregate_blocks`` (every block's halo in one exchange)."""
+    if len(hs) == 1:
+        return [agg.aggregate(layer, hs[0])]
+    return list(agg.aggregate_blocks(layer, hs))
 
 
 def _check_agg(agg: Aggregator, cfg: GCNConfig) -> None:

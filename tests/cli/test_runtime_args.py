@@ -177,7 +177,7 @@ def test_two_nodes_train_as_one_and_recover_from_a_killed_rank_without_a_traceba
     (["--nproc", "1", "--nnodes", "2", "--rdzv-endpoint", "h"], "--rdzv-endpoint must be HOST:PORT"),
     (["--nproc", "1", "--nnodes", "0"], "--nnodes must be >= 1, got 0"),
     (["--nnodes", "2", "--rdzv-endpoint", "h:1"], "give --nproc K (the ranks on each machine)"),
-    (["--nproc", "2", "--nnodes", "2", "--rdzv-endpoint", "h:1"], "has 2 parts but 4 processes run"),
+    (["--nproc", "2", "--nnodes", "2", "--rdzv-endpoint", "h:1"], "has 2 parts, which 4 processes cannot host"),
 ])
 def test_multi_node_mistakes_are_one_line(cli_fails, parts, argv, message):
     cli_fails([*GCN, "--partitions", parts, *argv], message)

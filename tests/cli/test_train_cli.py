@@ -43,8 +43,9 @@ def test_one_part_folder_trains_in_one_process(folders, tmp_path, capsys):
 
 @pytest.mark.parametrize("argv, message", [
     (["--dataset", "x.txt", "--nproc", "2"], "--nproc needs --partitions DIR"),
-    (["--partitions", "{k2}"], "has 2 parts but 1 process run: start 2"),
-    (["--partitions", "{k2}", "--nproc", "3"], "has 2 parts but 3 processes run: start 2"),
+    (["--partitions", "{k2}", "--halo-keep", "0.5"], "need one part per rank, but V = 2 logical workers on K = 1"),
+    (["--partitions", "{k2}", "--nproc", "3"], "has 2 parts, which 3 processes cannot host: each hosts V / K parts, "
+     "a power of two (for V = 2: --nproc in [1, 2])"),
     (["--partitions", "{k1}", "--device", "cuda"] if not torch.cuda.is_available() else ["--nproc", "0"],
      "--device" if not torch.cuda.is_available() else "--nproc"),
     (["--partitions", "{k1}", "--staleness", "2"], "staleness must be 0 (exact) or 1"),

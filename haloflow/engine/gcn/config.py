@@ -31,8 +31,9 @@ class HaloConfig:
             the overlapped schedule; both give the same numbers.
     """
 
-    staleness: int = option(0, help="1: use the previous epoch's halos (PipeGCN)")
-    halo_keep: float = option(1.0, help="< 1: sample halo rows (BNS-GCN)")
+    staleness: int = option(0, help="1: use the previous epoch's halos (PipeGCN; one part per rank, not bitwise "
+                            "across K)")
+    halo_keep: float = option(1.0, help="< 1: sample halo rows (BNS-GCN; one part per rank, not bitwise across K)")
     seed: int = hidden(0, why="the trainer's seed (GCN: --seed)")
     schedule: str = hidden("overlap", why="the control `haloflow bench gcn-dist` times the overlap against")
 
@@ -57,14 +58,16 @@ class GCNTrainConfig:
     """Everything a GCN training run needs. Defaults are Kipf & Welling's Cora setting (FACTS.md).
 
     Exactly one input: ``dataset`` (a path any ``haloflow.data.read_dataset`` format; single process) or
-    ``partitions`` (a folder written by ``haloflow partition``; rank r of K loads part r). The halo exchange,
+    ``partitions`` (a folder written by ``haloflow partition`` of V parts; each of K ranks loads V / K of them, and
+    the run computes the same floats at every K that divides V with a power of two per rank). The halo exchange,
     the gradient sync and the runtime (device, timeout, output) have configs of their own, nested here.
     """
 
     dataset: str | None = option(None, metavar="PATH",
                                  help="a data set (SNAP, PACE, OGB folder, Planetoid folder): one process")
     partitions: str | None = option(None, metavar="DIR",
-                                    help="a partition folder from `haloflow partition`: one rank per part")
+                                    help="a partition folder from `haloflow partition`; its V parts define the run: any --nproc K dividing V "
+                                    "(V / K a power of two) trains the same model bit for bit")
     dataset_format: str = option("auto", "--format", help="format of --dataset")
     reader_options: tuple[tuple[str, object], ...] = hidden(  # e.g. (("one_based", True),): passed to read_dataset
         (), why="the reader flags (--num-nodes, --one-based, --name, --split), shared with `haloflow partition`")

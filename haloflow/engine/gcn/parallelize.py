@@ -1,7 +1,9 @@
 """Turn the single-device GCN into the distributed one: `parallelize_gcn` and the `HaloAggregator`.
 
 The model (``haloflow.models.gcn``) has no distributed code; it calls ``agg.aggregate(layer, h)`` on the rows it
-owns. ``HaloAggregator`` implements that call on one part of the graph::
+owns (``aggregate_blocks`` with a block per part when a rank hosts several parts). Exact halos go through the
+`PartsAggregator` (``parts.py``: V parts on any K ranks, each part computing what it computes alone); the
+approximations through ``HaloAggregator``, which implements that call on one part of the graph per rank::
 
     local CSR of part r (rows = inner nodes, columns = [inner | halo], values from GLOBAL degrees)
 
@@ -41,45 +43,16 @@ from haloflow.engine.gcn.halo import HaloExchange, HaloSelection
 from haloflow.engine.gcn.halo_stale import StaleHalo
 from haloflow.engine.gcn.config import HaloConfig
 from haloflow.engine.grad_sync import BucketedGradSync
-from haloflow.engine.run_config import GradSyncConfig, expect_parts
+from haloflow.engine.gcn.parts import PartsAggregator, split_part_operators
+from haloflow.engine.logical import LogicalWorkers
+from haloflow.engine.run_config import GradSyncConfig
 from haloflow.errors import ConfigError, DistributedError
-from haloflow.models.aggregate import add_diagonal, normalized_values, self_loop_values
-from haloflow.models.spmm import DEFAULT_KERNEL, SparseOperator
+from haloflow.models.spmm import DEFAULT_KERNEL
 from haloflow.partition.types import GraphPart
 
-__all__ = ["HaloConfig", "HaloAggregator", "ParallelGCN", "parallelize_gcn", "split_part_operators"]
+__all__ = ["HaloConfig", "HaloAggregator", "PartsAggregator", "ParallelGCN", "parallelize_gcn", "split_part_operators"]
 
 log = logging.getLogger(__name__)
-
-
-def split_part_operators(part: GraphPart, norm: str, kernel: str = DEFAULT_KERNEL) -> tuple[SparseOperator, SparseOperator]:
-    """``(A_inner, A_halo)`` of a part: (n_inner, n_inner) with the self-loops, and (n_inner, n_halo).
-
-    Values come from ``normalized_values`` with the global degrees the part carries, so every edge has exactly
-    the value the single-device operator gives it.
-    """
-    n_inner, n_halo = part.n_inner, part.n_halo
-    indptr = np.asarray(part.indptr, dtype=np.int64)
-    indices = np.asarray(part.indices, dtype=np.int64)
-    deg = np.asarray(part.in_degree, dtype=np.int64)  # (n_inner + n_halo,) global in-degrees
-    values = normalized_values(indptr, indices, deg[:n_inner], deg, norm)  # (nnz,)
-    rows = np.repeat(np.arange(n_inner, dtype=np.int64), np.diff(indptr))  # (nnz,)
-    inner = indices < n_inner
-
-    def block(mask: np.ndarray, col_shift: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        counts = np.bincount(rows[mask], minlength=n_inner)
-        ptr = np.zeros(n_inner + 1, dtype=np.int64)
-        np.cumsum(counts, out=ptr[1:])
-        return ptr, indices[mask] - col_shift, values[mask]  # rows stay sorted: masking keeps the order
-
-    ip, ii, iv = block(inner, 0)
-    diag = self_loop_values(deg[:n_inner], norm)
-    if diag is not None:
-        ip, ii, iv = add_diagonal(ip, ii, iv, diag)
-    hp, hi, hv = block(~inner, n_inner)
-    a_inner = SparseOperator(ip, ii, iv, (n_inner, n_inner), kernel=kernel)
-    a_halo = SparseOperator(hp, hi, hv, (n_inner, n_halo), kernel=kernel)
-    return a_inner, a_halo
 
 
 class HaloAggregator:
@@ -214,61 +187,88 @@ class ParallelGCN(NamedTuple):
     """What `parallelize_gcn` returns: the (unchanged) model, its aggregator and the gradient sync."""
 
     model: nn.Module
-    aggregator: HaloAggregator
+    aggregator: "PartsAggregator | HaloAggregator"
     grad_sync: BucketedGradSync
 
 
-def _check_consistent(model: nn.Module, part: GraphPart, group) -> None:
-    """Every rank must hold part ``rank`` of a K = world-size partition and the same initial weights."""
-    world, rank = dist.get_world_size(group), dist.get_rank(group)
-    expect_parts(part.num_parts, world, "the partition")
-    if part.part_id != rank:
-        raise ConfigError(f"rank {rank} was given part {part.part_id}; rank r must load part r")
+def _check_consistent(model: nn.Module, parts: list[GraphPart], workers: LogicalWorkers, group) -> None:
+    """Every rank must host its block of parts (``workers.mine``) of one V-part partition, with the same initial
+    weights; every part must send part q as many rows as q expects from it."""
+    v = workers.v
+    got = [p.part_id for p in parts]
+    if got != list(workers.mine):
+        raise ConfigError(f"rank {workers.rank} was given parts {got}; with {workers.describe()} it hosts parts "
+                          f"{list(workers.mine)}")
     with torch.no_grad():
         checksum = sum(float(p.double().sum()) for p in model.parameters())
-    rows = all_gather_rows([checksum, *part.send_counts().tolist(), *part.recv_counts().tolist()], group,
-                           "start-up check")  # (K, 1 + 2K)
+    send = np.zeros((v, v), dtype=np.int64)  # send[p, q] = rows part p sends to part q (rows of hosted p only)
+    recv = np.zeros((v, v), dtype=np.int64)  # recv[q, p] = rows part q receives from part p
+    for part in parts:
+        send[part.part_id] = part.send_counts()
+        recv[part.part_id] = part.recv_counts()
+    rows = all_gather_rows([checksum, *send.ravel().tolist(), *recv.ravel().tolist()], group,
+                           "start-up check")  # (K, 1 + 2 V^2)
     sums = rows[:, 0]
     if not torch.all(sums == sums[0]):
         raise DistributedError(f"ranks start from different weights (parameter sums {sums.tolist()}); "
                                "use the same model seed everywhere")
-    send = rows[:, 1 : 1 + world].long()  # send[p, q] = rows p sends to q
-    recv = rows[:, 1 + world :].long()  # recv[q, p] = rows q receives from p
-    if not torch.equal(send, recv.t()):
-        bad = (send != recv.t()).nonzero()[0].tolist()
+    send_all = rows[:, 1 : 1 + v * v].sum(0).long().view(v, v)  # each part's row comes from one rank
+    recv_all = rows[:, 1 + v * v :].sum(0).long().view(v, v)
+    if not torch.equal(send_all, recv_all.t()):
+        bad = (send_all != recv_all.t()).nonzero()[0].tolist()
         raise DistributedError(
-            f"parts disagree: part {bad[0]} sends {int(send[bad[0], bad[1]])} rows to part {bad[1]}, which expects "
-            f"{int(recv[bad[1], bad[0]])}; were all parts loaded from the same partition folder?"
+            f"parts disagree: part {bad[0]} sends {int(send_all[bad[0], bad[1]])} rows to part {bad[1]}, which "
+            f"expects {int(recv_all[bad[1], bad[0]])}; were all parts loaded from the same partition folder?"
         )
 
 
 def parallelize_gcn(
     model: nn.Module,
-    part: GraphPart,
+    parts: GraphPart | list[GraphPart],
     group=None,
     *,
+    workers: LogicalWorkers | None = None,
     halo: HaloConfig | None = None,
     grad_sync: GradSyncConfig | None = None,
     stats: CommStats | None = None,
     kernel: str = DEFAULT_KERNEL,
 ) -> ParallelGCN:
-    """Make ``model`` (a `haloflow.models.GCN`) train on ``part`` as one of ``group``'s ranks.
+    """Make ``model`` (a `haloflow.models.GCN`) train on ``parts`` (the block of a V-part partition this rank
+    hosts, ``workers.mine``) as one of ``group``'s K ranks.
 
-    The model object is left as it is (weights replicated on every rank); the returned aggregator is what
-    the model's forward is given, and ``grad_sync.wait()`` must run between ``backward()`` and the optimizer step.
+    The model object is left as it is (weights replicated on every rank); the returned aggregator is what the
+    model's ``forward_blocks`` is given, and ``grad_sync.wait()`` must run between ``backward()`` and the
+    optimizer step. Exact halos: a `PartsAggregator` (any K that divides V with a power of two per rank); stale or
+    sampled halos (approximations): a `HaloAggregator`, one part per rank.
 
     Raises:
-        ConfigError: the partition's K differs from the world size, or rank r was not given part r.
+        ConfigError: K does not divide the partition's V as ``LogicalWorkers`` needs, this rank was not given its
+            parts, or an approximation with several parts per rank.
         DistributedError: ranks hold different weights or inconsistent parts.
     """
+    parts = [parts] if isinstance(parts, GraphPart) else list(parts)
     stats = stats if stats is not None else CommStats()
+    halo = halo or HaloConfig()
     norm = getattr(getattr(model, "config", None), "norm", "gcn")
+    world = dist.get_world_size(group) if group is not None else 1
+    rank = dist.get_rank(group) if group is not None else 0
+    if workers is None:
+        workers = LogicalWorkers(parts[0].num_parts, world, rank, what="the partition's parts")
     # 1. layout and weights agree across ranks (one small all-gather at start-up)
     if group is not None:
-        _check_consistent(model, part, group)
-    # 2. the distributed aggregation over this part
-    aggregator = HaloAggregator(part, group, norm=norm, config=halo, stats=stats, kernel=kernel)
+        _check_consistent(model, parts, workers, group)
+    elif [p.part_id for p in parts] != list(workers.mine):
+        raise ConfigError(f"one process hosts every part of the partition ({list(workers.mine)}), got "
+                          f"{[p.part_id for p in parts]}")
+    # 2. the distributed aggregation over the hosted parts
+    if halo.exact:
+        aggregator = PartsAggregator(parts, workers, group, norm=norm, config=halo, stats=stats, kernel=kernel)
+    else:
+        if len(parts) != 1:
+            raise ConfigError(f"stale or sampled halos (--staleness, --halo-keep) need one part per rank, but "
+                              f"{workers.describe()}: run --nproc {workers.v}", field="halo")
+        aggregator = HaloAggregator(parts[0], group, norm=norm, config=halo, stats=stats, kernel=kernel)
     # 3. weight gradients summed across ranks in buckets, launched from parameter hooks during backward
     sync = BucketedGradSync(model.parameters(), group, grad_sync, stats)
-    log.info("parallelized: %r", aggregator)
+    log.info("parallelized (%s): %r", workers.describe(), aggregator)
     return ParallelGCN(model, aggregator, sync)

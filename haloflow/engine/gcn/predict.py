@@ -3,7 +3,8 @@
 ::
 
     export    the checkpoint's state["model"]: the single-device GCN's state dict (the same on every rank)
-    predict   GCNFamily.setup on --dataset (one process) or --partitions (one rank per part), the model's weights,
+    predict   GCNFamily.setup on --dataset (one process) or --partitions (V / K parts per rank, as the trainer), the
+              model's weights,
               one evaluation forward (no dropout, exact halos) -> logits (n_own, C) per rank
               accuracy per split from summed counts (the trainer's EpochLog); rows gathered to rank 0 in
               original-id order -> node_id, split, label, predicted class, prob_0 .. prob_{C-1}
@@ -54,8 +55,8 @@ class GCNPredictConfig:
     model: Path = option(metavar="MODEL", help="a model from `haloflow export`, or a GCN checkpoint")
     dataset: str | None = option(None, metavar="PATH", help="a data set (SNAP, PACE, OGB folder, Planetoid "
                                  "folder): one process")
-    partitions: str | None = option(None, metavar="DIR", help="a partition folder from `haloflow partition`: one "
-                                    "rank per part")
+    partitions: str | None = option(None, metavar="DIR", help="a partition folder from `haloflow partition`, "
+                                    "at any --nproc that divides its parts (the same scores at each)")
     dataset_format: str = option("auto", "--format", help="format of --dataset")
     reader_options: tuple[tuple[str, object], ...] = hidden(
         (), why="the reader flags (--num-nodes, --one-based, --name, --split), shared with `haloflow partition`")
@@ -117,10 +118,12 @@ def predict_gcn(config: GCNPredictConfig) -> PredictResult:
         fam.model.eval()
         fam.agg.set_epoch(max(model.step - 1, 0), False)  # exact halos, no sampling
         with torch.no_grad():
-            logits = fam.model(local.x, fam.agg, local.node_ids, max(model.step - 1, 0))  # (n_own, C)
+            logits = torch.cat(fam.forward(max(model.step - 1, 0)))  # (n_own, C): the hosted parts' rows
         counts = fam.counts
-        correct = all_gather_rows([float((logits.argmax(1)[m] == local.labels[m]).sum()) for m in local.masks],
-                                  lay.group, "predicted counts").sum(0)  # summed in rank order, as the trainer
+        labels = local.cat_labels()
+        masks = [local.cat_mask(s) for s in range(3)]
+        correct = all_gather_rows([float((logits.argmax(1)[m] == labels[m]).sum()) for m in masks],
+                                  lay.group, "predicted counts").sum(0)  # whole numbers: exact in any order
         metrics = {"train_acc": float(correct[0]) / counts.train, "val_acc": float(correct[1]) / max(counts.val, 1),
                    "test_acc": float(correct[2]) / max(counts.test, 1)}
         table = _gather_nodes(logits, local, lay.group)
@@ -159,14 +162,15 @@ def _gather_matrix(x: torch.Tensor, group) -> np.ndarray:
 def _gather_nodes(logits: torch.Tensor, local, group) -> dict[str, np.ndarray]:
     """Every node's row in original-id order (rank 0 writes them): id, split, label, class, probabilities."""
     probs = torch.softmax(logits.double(), dim=1).float()  # (n_own, C)
-    split = torch.zeros(local.labels.shape[0], dtype=torch.int8)
-    for code, mask in enumerate(local.masks, start=1):
-        split[mask.cpu()] = code
-    ids = all_gather_cat(local.node_ids.cpu(), group).numpy()
+    labels = local.cat_labels()
+    split = torch.zeros(labels.shape[0], dtype=torch.int8)
+    for code in (1, 2, 3):
+        split[local.cat_mask(code - 1).cpu()] = code
+    ids = all_gather_cat(local.cat_ids().cpu(), group).numpy()
     order = np.argsort(ids, kind="stable")
     cols = {"node_id": ids[order],
             "split": np.array(["none", "train", "val", "test"])[all_gather_cat(split, group).numpy()[order]],
-            "label": all_gather_cat(local.labels.cpu(), group).numpy()[order],
+            "label": all_gather_cat(labels.cpu(), group).numpy()[order],
             "predicted": all_gather_cat(logits.argmax(1).cpu(), group).numpy()[order]}
     p = _gather_matrix(probs, group)[order]
     cols.update({f"prob_{c}": p[:, c] for c in range(p.shape[1])})
@@ -188,9 +192,10 @@ def _hidden(fam, model: ModelFile) -> torch.Tensor:
         raise ConfigError(f"--embeddings: the model has {cfg.num_layers} layer, so no hidden layer; expected a "
                           "model of 2 layers or more", field="embeddings")
     head_cfg = GCNConfig(**{**asdict(cfg), "out_dim": cfg.hidden_dim, "num_layers": cfg.num_layers - 1})
-    head = GCN(head_cfg).to(fam.local.x.device)
+    local = fam.local
+    head = GCN(head_cfg).to(local.xs[0].device)
     own = head.state_dict()
     head.load_state_dict({k: v for k, v in dict(model.tensors).items() if k in own})
     head.eval()
     with torch.no_grad():
-        return torch.relu(head(fam.local.x, fam.agg, fam.local.node_ids, 0))  # (n_own, hidden)
+        return torch.relu(torch.cat(head.forward_blocks(local.xs, fam.agg, local.node_ids, 0)))  # (n_own, hidden)
