@@ -98,25 +98,33 @@ class TGNTrainConfig:
                               "V = K (one slice per rank); drop one of the two", field="logical_workers")
         check_output_parent(self.runtime.log_jsonl, "--log-jsonl")  # checked now, not at the first record
 
-    def workers(self, k: int, rank: int, parts: int | None = None) -> LogicalWorkers:
-        """The run's V logical workers on ``k`` ranks, as this rank sees them; ``parts``: the --partitions folder's.
+    def logical_workers_for(self, k: int, parts: int | None = None) -> int:
+        """V of a run on ``k`` ranks; ``parts``: the --partitions folder's (node memory is owned by the V logical
+        parts, so a folder must have V of them). Torch-free, so that ``--nproc`` checks it before any rank starts.
 
-        V is ``logical_workers``, else ``parts`` (node memory is owned by the V logical parts), else
-        ``default_logical_workers(k)``; with ``k_invariant`` False, V = K. Raises ConfigError (field
-        logical_workers) when K cannot host V or the folder has another number of parts than V."""
-        from haloflow.engine.logical import LogicalWorkers  # torch: not at import (the CLI's launcher reads this file)
-
-        if not self.k_invariant:
-            v = k
-        else:
-            v = self.logical_workers or parts or default_logical_workers(k)
+        V is ``logical_workers``, else ``parts``, else ``default_logical_workers(k)``; with ``k_invariant`` False,
+        V = K. Raises ConfigError when K cannot host V (K must divide V with V / K a power of two) or the folder
+        has another number of parts than V."""
+        v = k if not self.k_invariant else self.logical_workers or parts or default_logical_workers(k)
         if parts is not None and parts != v:
             fix = (f"give --logical-workers {parts}, or partition into {v} parts" if self.k_invariant
                    else f"start {parts} ranks (--nproc {parts}), or partition into {k} parts")
             raise ConfigError(f"{self.partitions} has {parts} parts, but the run has V = {v} logical workers (each "
                               f"owns one part's node memory): {fix}",
                               field="logical_workers" if self.k_invariant else "nproc")
-        return LogicalWorkers(v, k, rank)
+        per = v // k
+        if v % k or per & (per - 1):
+            hosts = [d for d in range(1, v + 1) if v % d == 0 and not (v // d) & (v // d - 1)]
+            raise ConfigError(f"V = {v} logical workers on {k} ranks: the ranks must divide V with a power of two "
+                              f"per rank (V / K = {v} / {k}); for V = {v}: --nproc in {hosts}, or another "
+                              f"--logical-workers", field="logical_workers")
+        return v
+
+    def workers(self, k: int, rank: int, parts: int | None = None) -> LogicalWorkers:
+        """The run's logical workers (``logical_workers_for``) as rank ``rank`` of ``k`` sees them."""
+        from haloflow.engine.logical import LogicalWorkers  # torch: not at import (the CLI's launcher reads this file)
+
+        return LogicalWorkers(self.logical_workers_for(k, parts), k, rank)
 
     def model_config(self, edge_dim: int) -> TGNConfig:
         return TGNConfig(memory_dim=self.memory_dim, time_dim=self.time_dim, embedding_dim=self.embedding_dim,
