@@ -2,20 +2,28 @@
 
 One process or K ranks with node memory owned by partition (one process is the same path on a group of one).
 
+A run is defined by V logical workers (``--logical-workers``, default 4; ``engine/tgn/workers.py``): every global
+batch is cut into V fixed slices, and rank r of K computes the V / K slices of its contiguous block of workers.
 Every rank reads the same stream and walks the same global batches (B events, chronological). One step, rank r::
 
-    mine    = events of the batch in r's contiguous slice (split_sizes(B, K))
-    fetch   rows of the query nodes (src, dst, negative) from their owners      -> handle   (all-to-all)
-    sample  the k newest neighbours strictly before each event time            (numba, while the rows travel)
+    mine    = its workers' slices of the batch (LogicalWorkers.cut(B): sizes that depend on V only)
+    fetch   rows of all its workers' query nodes (src, dst, negative) from their owners    -> handle (all-to-all)
+    sample  each worker's k newest neighbours strictly before each event time  (numba, while the rows travel)
     wait    the query rows; fetch (and wait for) the rows of neighbour-only nodes
-    forward memory update (GRU on stored messages), attention, decoder; loss = BCE sum / B (global)
-    backward, gradients reduced (reduce-scatter + all-gather, fixed order), Adam step
-    apply   the batch's messages go to the owners; each applies all of them at once (newest event wins)
+    forward per worker: memory update (GRU on stored messages), attention, decoder, through the worker's own
+            aliases of the weights; loss_w = BCE sum of its events / B (global)
+    backward a weight's gradient = the tree sum of this rank's workers' (logical.fanout); grad_sync sums the
+            ranks' by the same pairwise tree (reduce-scatter + all-gather): the V-tree, at any K; Adam step
+    apply   all its workers' messages go to the owners; each applies all of them at once (newest event wins)
+    loss    the V workers' losses by the V-tree (logical.rank_tree_sum)
 
-With the same global batch order, K ranks train the same model as one process (float rounding aside): negatives
-and dropout are keyed by event id, the loss by the global batch size, and the state update does not depend on
-which rank sent a row. ``schedule="wait_first"`` waits for the rows before sampling: the control that
-``haloflow bench tgn`` times against the overlapped step.
+So K ranks train the same bits as one process for every K that divides V (V / K a power of two): each worker
+computes in shapes that depend on V only (a GEMM rounds a row by the rows beside it), every sum over workers has
+one order, negatives and dropout are keyed by event id, and the state update takes the newest event's row, which
+the worker holding that event computed, at any K. Node memory is owned by V logical parts (a partition folder's
+parts, or V blocks of ids), hosted by the workers' ranks; where a row lives changes no bit. ``--no-k-invariance``
+runs V = K: the path before logical workers, whose floats change with K. ``schedule="wait_first"`` waits for the
+rows before sampling: the control that ``haloflow bench tgn`` times against the overlapped step.
 
 Evaluation follows TGN's protocol: the memory keeps following the stream through validation and test (no
 gradients), AP and AUC with one fixed negative per event, MRR against ``mrr_negatives`` fixed negatives; the
@@ -100,7 +108,7 @@ def read_events(path: str | Path) -> TemporalEvents:
 
 class TGNFamily:
     """TGN for ``engine/trainer.run``: one unit is one global batch of training events; an epoch starts from an
-    empty memory. Every rank walks the same global batches and trains on its contiguous slice of each."""
+    empty memory. Every rank walks the same global batches and trains its logical workers' slices of each."""
 
     kind, unit, more_flag, join = "tgn", "batch", "--epochs", True
 
