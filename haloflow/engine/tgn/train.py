@@ -118,6 +118,7 @@ class TGNFamily:
         self.batch_losses: list[float] = []
         self.epoch_sum = 0.0  # the epoch in progress: sum of batch loss x events
         self.fetch_bytes: list[int] = []
+        self.comm_bytes = 0  # this rank's bytes sent in the batches this run trained, every collective of a step
         self.train_events = 0
 
     def setup(self, rt: Runtime) -> None:
@@ -190,6 +191,7 @@ class TGNFamily:
         value = float(rank_tree_sum(loss.reshape(1), self.rt.layout.group))
         self.batch_losses.append(value)
         self.fetch_bytes.append(self.stats.bytes["tgn_fetch"])
+        self.comm_bytes += self.stats.total()  # fetches, write-backs, counts and the gradient sync
         self.epoch_sum += value * ids.shape[0]
         self.train_events += ids.shape[0]
         ended = None
@@ -267,7 +269,8 @@ class TGNFamily:
 
     def evaluate(self, run: RunInfo) -> dict[str, float]:
         metrics = evaluate_stream(self) if self.config.eval else {}
-        return {"events_per_s": self._events_per_s(run), **metrics}
+        return {"events_per_s": self._events_per_s(run), "comm_bytes_per_batch": self.comm_bytes / max(run.trained, 1),
+                **metrics}
 
     def _events_per_s(self, run: RunInfo) -> float:
         return self.train_events / run.train_s if run.train_s > 0 else 0.0
@@ -277,7 +280,7 @@ class TGNFamily:
         return TGNTrainResult(
             **run.base(), state_dict=cpu_state(self.model.state_dict()), epoch_losses=self.epoch_losses,
             batch_losses=self.batch_losses, events_per_s=self._events_per_s(run),
-            metrics={k: v for k, v in metrics.items() if k != "events_per_s"},
+            metrics={k: v for k, v in metrics.items() if k not in ("events_per_s", "comm_bytes_per_batch")},
             fetch_bytes_per_batch=float(np.mean(fetch)) if fetch else 0.0, memory=self.memory,
             resumed_at=run.resumed_at,
             devices={"model": {p.device.type for p in self.model.parameters()},
