@@ -71,12 +71,13 @@ class TGNTrainConfig:
         None, metavar="V", means="the --partitions folder's parts, else 4 (K when K > 4)",
         help="cut every batch into V fixed slices, each computed on its own in the same shapes and summed in one "
         "order fixed by V: the run computes the same bits at any --nproc K that divides V (V / K a power of two), "
-        "and resumes bitwise at another such K. Price: each rank runs V / K smaller batches instead of one")
+        "and resumes bitwise at another such K. Price: each rank runs V / K smaller batches instead of one, about "
+        "2.1x the step time at K = 1 and +10%% at K = 2 for V = 4 (Wikipedia, batch 200, 2 cores), none at K = V; "
+        "the same bytes")
     k_invariant: bool = option(
         True, "--no-k-invariance", negate=True,
-        help="V = K: one slice per rank, as before logical workers; a little faster at K < V (no per-slice "
-        "overhead), but the floats (losses, weights, test AP) change with K and a resume at another K is not bitwise")
-    runtime: RuntimeConfig = nested(RuntimeConfig, "running")
+        help="V = K: one slice per rank, as before logical workers; faster at K < V (no per-slice cost), but the "
+        "floats (losses, weights, test AP) change with K and a resume at another K is not bitwise")
 
     def __post_init__(self) -> None:
         for name in ("batch_size", "epochs", "memory_dim", "time_dim", "embedding_dim", "num_neighbors"):
