@@ -78,6 +78,7 @@ class TGNTrainConfig:
         True, "--no-k-invariance", negate=True,
         help="V = K: one slice per rank, as before logical workers; faster at K < V (no per-slice cost), but the "
         "floats (losses, weights, test AP) change with K and a resume at another K is not bitwise")
+    runtime: RuntimeConfig = nested(RuntimeConfig, "running")
 
     def __post_init__(self) -> None:
         for name in ("batch_size", "epochs", "memory_dim", "time_dim", "embedding_dim", "num_neighbors"):
