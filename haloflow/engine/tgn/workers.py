@@ -16,6 +16,11 @@ gradients meet in the V-tree (``engine/logical.py``).
 Why slices rather than one product over a rank's events: a float32 GEMM rounds a row by the number of rows it is
 computed with (3 and 128 rows differ), and a weight gradient sums over the rows it saw, so only per-worker shapes
 that do not move with K give the same bits at every K.
+
+Known gap (the kernels', not V's): K = 1 runs 2 threads where K = 2 runs 1 each, and a product ``x @ W^T`` of 2 or
+3 rows with the weight transposed in place (``F.linear``, ``addmm(b, x, w.t())``) rounds by the thread count here
+even in MKL's reproducible mode (AMD EPYC, torch 2.13; 1 and 4+ rows do not). A slice of 1 event (batches under 4V
+events) or a worker with 2-3 mailed rows can meet it; batches of 200 at V = 4 did not in two epochs of Wikipedia.
 """
 
 from __future__ import annotations

@@ -8,6 +8,9 @@ once per K with ``haloflow train tgn --nproc K`` (real gloo ranks); the launches
 * the test AP (the issue's reproduction: 0.8216 at K = 1 against 0.8445 at K = 2 before logical workers) ``==``;
 * a resume at another K from a checkpoint taken mid-run (2 -> 1, 1 -> 4, 4 -> 2) ends in the same SHA-256;
 * the control: ``--no-k-invariance`` (V = K) at K = 1 and 2 logs other losses and ends in another state.
+
+Every rank runs one thread here (as the suite's torchrun tests do); a run's independence of the thread count is
+``tests/engine/test_thread_count_exact.py``'s.
 """
 
 from __future__ import annotations
