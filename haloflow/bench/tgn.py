@@ -281,7 +281,6 @@ def _predicted_fetch_bytes(run, ids: np.ndarray) -> int:
     """Bytes this rank's fetches send: requests (8 B per row) to other owners and replies (a packed row) for rows
     other ranks ask of it. Computed from the batch alone, as every rank can: the rows each rank needs are its
     query nodes plus its sampled neighbours."""
-    from haloflow.data.jagged import split_sizes
     from haloflow.models.tgn import make_tgn_batch
 
     lay, ev = run.rt.layout, run.events
@@ -290,7 +289,7 @@ def _predicted_fetch_bytes(run, ids: np.ndarray) -> int:
     owner = run.memory.owners.owner
     neg_all = run.train_neg.sample(ids)
     total = 0
-    cut = np.concatenate([[0], np.cumsum(split_sizes(ids.shape[0], K))])
+    cut = np.concatenate([[0], np.cumsum(run.workers.rank_sizes(ids.shape[0]))])  # each rank's workers' block
     for r in range(K):
         mine, neg = ids[cut[r]:cut[r + 1]], neg_all[cut[r]:cut[r + 1]]
         query = np.unique(np.concatenate([ev.src[mine], ev.dst[mine], neg]))

@@ -104,6 +104,24 @@ class NodeOwners:
                               f"are missing); partition the event stream itself (haloflow partition EVENTS.csv)")
         return cls(owner, row, tuple(int(c) for c in book.part_sizes()))
 
+    def hosted(self, per_rank: int) -> NodeOwners:
+        """The owners of V logical parts merged onto the ranks that host them: rank r holds parts r*per_rank ..
+        (r+1)*per_rank - 1 (``LogicalWorkers``' contiguous blocks), their rows one part after another::
+
+            parts (V = 4)   counts (3, 2, 3, 2)      owner[v] = p,      row[v] in part p
+            per_rank = 2    counts (5, 5)            owner[v] = p // 2, row[v] + (3 if p is odd else 0)
+
+        The layout only places rows: which rank answers for a node changes nothing a batch computes (rows cross
+        the wire as bytes, and ``apply`` picks the newest event's row whoever sent it)."""
+        if per_rank == 1:
+            return self
+        if self.num_parts % per_rank:
+            raise ConfigError(f"{self.num_parts} parts cannot be hosted {per_rank} per rank")
+        counts = np.asarray(self.counts, dtype=np.int64).reshape(-1, per_rank)  # (K, V/K)
+        before = np.concatenate([np.zeros((counts.shape[0], 1), np.int64), np.cumsum(counts, 1)[:, :-1]], 1).ravel()
+        return NodeOwners(self.owner // per_rank, self.row + before[self.owner],
+                          tuple(int(c) for c in counts.sum(1)))
+
 
 # ------------------------------------------------------------------------------------------------ packing
 _FIELDS = [f.name for f in fields(MemoryRows)]
@@ -217,6 +235,10 @@ class ShardedMemory:
                             group=self.group, stats=self.stats, kind="tgn_apply")
         local_rows, data = h_rows.wait(), h_data.wait()
         self.local.apply(local_rows, _unpack(data.view(local_rows.numel(), width), self._like))
+
+    def nothing(self) -> MemoryUpdate:
+        """An update of no rows (what a rank whose slices of a batch are all empty sends to ``apply``)."""
+        return MemoryUpdate(torch.zeros(0, dtype=torch.int64, device=self.device), self._like)
 
     def _exchange_counts(self, counts: list[int]) -> list[int]:
         send = torch.tensor(counts, dtype=torch.int64, device=self.device)

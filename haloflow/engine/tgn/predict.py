@@ -92,7 +92,11 @@ class TGNPredictConfig:
         from haloflow.engine.tgn.config import TGNTrainConfig
 
         m, c = model.config["model"], model.config
+        # the trainer's V (its scores' bits depend on it, not on K); a --partitions folder sets its own
+        v = c.get("logical_workers")
+        v = int(v) if isinstance(v, int) and self.partitions is None else None
         return TGNTrainConfig(events=self.events, partitions=self.partitions, batch_size=int(c["batch_size"]),
+                              logical_workers=v,
                               memory_dim=m["memory_dim"], time_dim=m["time_dim"], embedding_dim=m["embedding_dim"],
                               num_neighbors=m["num_neighbors"], seed=m["seed"], mrr_negatives=0,
                               inductive_fraction=float(c["inductive_fraction"]),

@@ -2,20 +2,28 @@
 
 One process or K ranks with node memory owned by partition (one process is the same path on a group of one).
 
+A run is defined by V logical workers (``--logical-workers``, default 4; ``engine/tgn/workers.py``): every global
+batch is cut into V fixed slices, and rank r of K computes the V / K slices of its contiguous block of workers.
 Every rank reads the same stream and walks the same global batches (B events, chronological). One step, rank r::
 
-    mine    = events of the batch in r's contiguous slice (split_sizes(B, K))
-    fetch   rows of the query nodes (src, dst, negative) from their owners      -> handle   (all-to-all)
-    sample  the k newest neighbours strictly before each event time            (numba, while the rows travel)
+    mine    = its workers' slices of the batch (LogicalWorkers.cut(B): sizes that depend on V only)
+    fetch   rows of all its workers' query nodes (src, dst, negative) from their owners    -> handle (all-to-all)
+    sample  each worker's k newest neighbours strictly before each event time  (numba, while the rows travel)
     wait    the query rows; fetch (and wait for) the rows of neighbour-only nodes
-    forward memory update (GRU on stored messages), attention, decoder; loss = BCE sum / B (global)
-    backward, gradients reduced (reduce-scatter + all-gather, fixed order), Adam step
-    apply   the batch's messages go to the owners; each applies all of them at once (newest event wins)
+    forward per worker: memory update (GRU on stored messages), attention, decoder, through the worker's own
+            aliases of the weights; loss_w = BCE sum of its events / B (global)
+    backward a weight's gradient = the tree sum of this rank's workers' (logical.fanout); grad_sync sums the
+            ranks' by the same pairwise tree (reduce-scatter + all-gather): the V-tree, at any K; Adam step
+    apply   all its workers' messages go to the owners; each applies all of them at once (newest event wins)
+    loss    the V workers' losses by the V-tree (logical.rank_tree_sum)
 
-With the same global batch order, K ranks train the same model as one process (float rounding aside): negatives
-and dropout are keyed by event id, the loss by the global batch size, and the state update does not depend on
-which rank sent a row. ``schedule="wait_first"`` waits for the rows before sampling: the control that
-``haloflow bench tgn`` times against the overlapped step.
+So K ranks train the same bits as one process for every K that divides V (V / K a power of two): each worker
+computes in shapes that depend on V only (a GEMM rounds a row by the rows beside it), every sum over workers has
+one order, negatives and dropout are keyed by event id, and the state update takes the newest event's row, which
+the worker holding that event computed, at any K. Node memory is owned by V logical parts (a partition folder's
+parts, or V blocks of ids), hosted by the workers' ranks; where a row lives changes no bit. ``--no-k-invariance``
+runs V = K: the path before logical workers, whose floats change with K. ``schedule="wait_first"`` waits for the
+rows before sampling: the control that ``haloflow bench tgn`` times against the overlapped step.
 
 Evaluation follows TGN's protocol: the memory keeps following the stream through validation and test (no
 gradients), AP and AUC with one fixed negative per event, MRR against ``mrr_negatives`` fixed negatives; the
@@ -25,26 +33,27 @@ inductive scores are those of events with a node held out of training.
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from haloflow.data.jagged import split_sizes
 from haloflow.data.temporal import TemporalEvents, chronological_split, inductive_nodes
 from haloflow.data.temporal_sampler import NegativeSampler, TemporalCSR
 from haloflow.engine.checkpoint import cpu_state
-from haloflow.engine.comm import CommStats, all_gather_cat, all_gather_rows
+from haloflow.engine.comm import CommStats, all_gather_cat
+from haloflow.engine.logical import rank_tree_sum, tree_sum
 from haloflow.engine.runtime import Runtime, TrainResult
 from haloflow.engine.tgn.checkpoint import load_memory, memory_piece
 from haloflow.engine.tgn.config import TGNTrainConfig
 from haloflow.engine.tgn.memory import NodeOwners, ShardedMemory
 from haloflow.engine.tgn.parallelize import parallelize_tgn
+from haloflow.engine.tgn.workers import forward_workers, worker_slices
 from haloflow.engine.trainer import Exported, RunInfo, run
 from haloflow.models.temporal_metrics import average_precision, mean_reciprocal_rank, roc_auc
 from haloflow.models.tgn import TGN, TGNBatch, make_tgn_batch, tgn_batch_loss, tgn_messages
-from haloflow.models.tgn_memory import MemoryRows
+from haloflow.models.tgn_memory import MemoryRows, MemoryUpdate
 
 __all__ = ["TGNTrainConfig", "TGNTrainResult", "TGNFamily", "BatchLog", "train_tgn", "read_events", "evaluate_stream"]
 
@@ -99,7 +108,7 @@ def read_events(path: str | Path) -> TemporalEvents:
 
 class TGNFamily:
     """TGN for ``engine/trainer.run``: one unit is one global batch of training events; an epoch starts from an
-    empty memory. Every rank walks the same global batches and trains on its contiguous slice of each."""
+    empty memory. Every rank walks the same global batches and trains its logical workers' slices of each."""
 
     kind, unit, more_flag, join = "tgn", "batch", "--epochs", True
 
@@ -109,6 +118,7 @@ class TGNFamily:
         self.batch_losses: list[float] = []
         self.epoch_sum = 0.0  # the epoch in progress: sum of batch loss x events
         self.fetch_bytes: list[int] = []
+        self.comm_bytes = 0  # this rank's bytes sent in the batches this run trained, every collective of a step
         self.train_events = 0
 
     def setup(self, rt: Runtime) -> None:
@@ -123,9 +133,11 @@ class TGNFamily:
         self.full_csr = TemporalCSR.from_events(ev)
         self.train_neg = NegativeSampler.from_destinations(ev, self.train_ids, seed=cfg.seed)
         self.eval_neg = NegativeSampler.from_destinations(ev, seed=cfg.seed + 1)
-        owners = (NodeOwners.from_partition(cfg.partitions, ev.num_nodes) if cfg.partitions is not None
-                  else NodeOwners.blocks(ev.num_nodes, lay.world_size))
-        lay.expect_parts(owners.num_parts, str(cfg.partitions or "the node blocks"))
+        parts = NodeOwners.from_partition(cfg.partitions, ev.num_nodes) if cfg.partitions is not None else None
+        self.workers = lw = cfg.workers(lay.world_size, lay.rank, parts.num_parts if parts is not None else None)
+        self.logical_workers = lw.v  # the summary record's V
+        # node memory owned by the V logical parts (a folder's parts, or V blocks of ids), each on its worker's rank
+        owners = (parts if parts is not None else NodeOwners.blocks(ev.num_nodes, lw.v)).hosted(lw.per_rank)
         self.stats = CommStats()
         self.model, self.memory, self.sync = parallelize_tgn(TGN(cfg.model_config(ev.edge_dim)).to(lay.device),
                                                              owners, lay.group, edge_dim=ev.edge_dim,
@@ -142,7 +154,9 @@ class TGNFamily:
         cfg, ev = self.config, self.events
         return {"model": asdict(self.model.config), "nodes": ev.num_nodes, "events": ev.num_events,
                 "batch_size": cfg.batch_size, "train_batches": len(self.batches),
-                "inductive_fraction": cfg.inductive_fraction}
+                "inductive_fraction": cfg.inductive_fraction,
+                # the floats depend on V (never on K): a resume at another K of the same V continues bitwise
+                "logical_workers": self.workers.v if cfg.k_invariant else "K (--no-k-invariance)"}
 
     def export(self) -> Exported:
         return Exported({"model": cpu_state(self.model.state_dict()), "optimizer": self.opt.state_dict(),
@@ -173,9 +187,11 @@ class TGNFamily:
         self.stats.reset()
         loss, _, _ = self.step(ids, self.train_neg.sample(ids, stream=epoch), self.train_csr, epoch=epoch,
                                train=True)
-        value = float(all_gather_rows([float(loss)], self.rt.layout.group, "batch loss").sum())  # the global loss
+        # the global loss: the V workers' losses by the V-tree (this rank's subtree, then the ranks'); waits
+        value = float(rank_tree_sum(loss.reshape(1), self.rt.layout.group))
         self.batch_losses.append(value)
         self.fetch_bytes.append(self.stats.bytes["tgn_fetch"])
+        self.comm_bytes += self.stats.total()  # fetches, write-backs, counts and the gradient sync
         self.epoch_sum += value * ids.shape[0]
         self.train_events += ids.shape[0]
         ended = None
@@ -185,59 +201,76 @@ class TGNFamily:
         return BatchLog(batch=index, epoch=epoch, loss=value, fetch_bytes=int(self.fetch_bytes[-1]), epoch_loss=ended)
 
     def mine(self, batch_ids: np.ndarray) -> np.ndarray:
-        """This rank's contiguous slice of a global batch."""
-        lay = self.rt.layout
-        sizes = split_sizes(batch_ids.shape[0], lay.world_size)
-        lo = sum(sizes[: lay.rank])
-        return batch_ids[lo:lo + sizes[lay.rank]]
+        """This rank's contiguous slice of a global batch: its logical workers' slices, one after another."""
+        sizes = self.workers.rank_sizes(batch_ids.shape[0])
+        lo = sum(sizes[: self.rt.layout.rank])
+        return batch_ids[lo:lo + sizes[self.rt.layout.rank]]
 
     def step(self, batch_ids: np.ndarray, neg_all: np.ndarray, csr: TemporalCSR, *, epoch: int, train: bool,
              store: bool = True):
-        """One global batch (every rank calls it with the same ids); returns (global loss, pos, neg logits mine).
+        """One global batch (every rank calls it with the same ids); returns (this rank's loss: the tree sum of its
+        workers' losses, pos and neg logits of its events, in ``mine`` order).
 
-        ``store=False`` scores without storing the batch's messages (the memory does not move)."""
-        ids = self.mine(batch_ids)
-        neg = self.mine(neg_all)
-        batch, rows = self._rows(ids, neg, csr, epoch)
+        Each of this rank's logical workers computes its slice of the batch on its own (``worker_slices``), in
+        shapes that depend on V only; a weight's gradient is the tree sum of the workers' (``forward_workers``),
+        then the ranks' (``grad_sync``). ``store=False`` scores without storing the batch's messages."""
+        b = batch_ids.shape[0]
+        parts = worker_slices(self.workers, batch_ids, neg_all)
+        batches, rows = self._rows(parts, csr, epoch)
         with torch.set_grad_enabled(train):
-            out = self.model(rows, batch)
-            loss = tgn_batch_loss(out.pos_logit, out.neg_logit, num_events=batch_ids.shape[0])
+            outs = forward_workers(self.model, [None if x is None else (r, x) for r, x in zip(rows, batches)])
+            zero = torch.zeros((), device=self.rt.layout.device)  # an empty slice's loss
+            loss = tree_sum([zero if o is None else tgn_batch_loss(o.pos_logit, o.neg_logit, num_events=b)
+                             for o in outs])
         if train:
             self.opt.zero_grad(set_to_none=True)
-            loss.backward()
+            if loss.requires_grad:  # False only when all of this rank's slices are empty (B < V)
+                loss.backward()
             self.sync.wait()
             self.opt.step()
         if store:
-            with torch.no_grad():
-                self.memory.apply(tgn_messages(batch, out))
-        return loss.detach(), out.pos_logit.detach(), out.neg_logit.detach()
+            with torch.no_grad():  # one apply for all of this rank's workers (a collective); newest event wins
+                self.memory.apply(MemoryUpdate.cat([self.memory.nothing()] + [
+                    tgn_messages(x, o) for x, o in zip(batches, outs) if o is not None]))
+        done = [o for o in outs if o is not None]
+        pos = torch.cat([zero.new_zeros(0), *(o.pos_logit.detach() for o in done)])
+        neg = torch.cat([zero.new_zeros(0), *(o.neg_logit.detach() for o in done)])
+        return loss.detach(), pos, neg
 
-    def _rows(self, ids: np.ndarray, neg: np.ndarray, csr: TemporalCSR, epoch: int) -> tuple[TGNBatch, MemoryRows]:
-        """This rank's batch and the state rows of its nodes: the query nodes' rows fetched while sampling, then
-        the neighbour-only nodes' rows. One process fetches nothing: its rows are gathered in one go."""
+    def _rows(self, parts: list[tuple[np.ndarray, np.ndarray]], csr: TemporalCSR, epoch: int
+              ) -> tuple[list[TGNBatch | None], list[MemoryRows | None]]:
+        """Each worker's batch (None: an empty slice) and the state rows of its nodes. K > 1: the rows of all of
+        this rank's query nodes fetched while sampling, then those of the neighbour-only nodes; one process
+        gathers each worker's rows from its own memory."""
         ev, dev = self.events, self.rt.layout.device
         k = self.config.num_neighbors
+
+        def batch_of(ids: np.ndarray, neg: np.ndarray) -> TGNBatch | None:
+            return make_tgn_batch(ev, ids, neg, csr, num_neighbors=k, epoch=epoch).to(dev) if ids.size else None
+
         if self.memory.group is None:
-            batch = make_tgn_batch(ev, ids, neg, csr, num_neighbors=k, epoch=epoch).to(dev)
-            return batch, self.memory.fetch(batch.node_ids).wait()
+            batches = [batch_of(*p) for p in parts]
+            return batches, [None if x is None else self.memory.fetch(x.node_ids).wait() for x in batches]
+        ids, neg = (np.concatenate([p[i] for p in parts]) for i in (0, 1))
         query = torch.from_numpy(np.unique(np.concatenate([ev.src[ids], ev.dst[ids], neg])))  # (q,)
         handle = self.memory.fetch(query)  # the rows travel while we sample
         if self.config.schedule == "wait_first":
             rows_q = handle.wait()
-        batch = make_tgn_batch(ev, ids, neg, csr, num_neighbors=k, epoch=epoch).to(dev)
+        batches = [batch_of(*p) for p in parts]
         if self.config.schedule == "overlap":
             rows_q = handle.wait()
-        extra = batch.node_ids.cpu()[~torch.isin(batch.node_ids.cpu(), query)]  # neighbour-only nodes
+        nodes = torch.cat([query, *(x.node_ids.cpu() for x in batches if x is not None)]).unique()  # ascending
+        extra = nodes[~torch.isin(nodes, query)]  # neighbour-only nodes
         rows_x = self.memory.fetch(extra).wait()
-        return batch, _in_order(batch.node_ids, torch.cat([query, extra]).to(dev), rows_q, rows_x)
-
+        return batches, _rows_of(batches, torch.cat([query, extra]).to(dev), MemoryRows.cat([rows_q, rows_x]))
 
     def finish(self) -> None:
         pass
 
     def evaluate(self, run: RunInfo) -> dict[str, float]:
         metrics = evaluate_stream(self) if self.config.eval else {}
-        return {"events_per_s": self._events_per_s(run), **metrics}
+        return {"events_per_s": self._events_per_s(run), "comm_bytes_per_batch": self.comm_bytes / max(run.trained, 1),
+                **metrics}
 
     def _events_per_s(self, run: RunInfo) -> float:
         return self.train_events / run.train_s if run.train_s > 0 else 0.0
@@ -247,7 +280,7 @@ class TGNFamily:
         return TGNTrainResult(
             **run.base(), state_dict=cpu_state(self.model.state_dict()), epoch_losses=self.epoch_losses,
             batch_losses=self.batch_losses, events_per_s=self._events_per_s(run),
-            metrics={k: v for k, v in metrics.items() if k != "events_per_s"},
+            metrics={k: v for k, v in metrics.items() if k not in ("events_per_s", "comm_bytes_per_batch")},
             fetch_bytes_per_batch=float(np.mean(fetch)) if fetch else 0.0, memory=self.memory,
             resumed_at=run.resumed_at,
             devices={"model": {p.device.type for p in self.model.parameters()},
@@ -259,14 +292,21 @@ def train_tgn(config: TGNTrainConfig, *, events: TemporalEvents | None = None) -
     return run(TGNFamily(config, events=events), config.runtime)
 
 
-def _in_order(node_ids: torch.Tensor, ids: torch.Tensor, a: MemoryRows, b: MemoryRows) -> MemoryRows:
-    """Rows of ``a`` then ``b`` (for ``ids``) rearranged into the order of ``node_ids`` (the same set, sorted)."""
-    both = MemoryRows.cat([a, b])
-    order = torch.argsort(ids)  # node_ids is ascending and distinct: sorting the ids gives its order
-    if not torch.equal(ids[order], node_ids):
-        raise RuntimeError("fetched rows do not cover the batch's nodes")  # a bug, not a user's mistake
-    return MemoryRows(*(getattr(both, name)[order] for name in
-                        ("memory", "last_update", "mail_other", "mail_feat", "mail_t", "mail_eid")))
+def _rows_of(batches: list[TGNBatch | None], ids: torch.Tensor, rows: MemoryRows) -> list[MemoryRows | None]:
+    """The rows of each batch's ``node_ids`` (ascending, distinct), picked from ``rows`` (those of ``ids``)."""
+    order = torch.argsort(ids)
+    have = ids[order]  # ascending
+    out = []
+    for x in batches:
+        if x is None:
+            out.append(None)
+            continue
+        at = torch.searchsorted(have, x.node_ids).clamp_(max=max(have.numel() - 1, 0))
+        if not torch.equal(have[at], x.node_ids):
+            raise RuntimeError("fetched rows do not cover the batch's nodes")  # a bug, not a user's mistake
+        pick = order[at]
+        out.append(MemoryRows(*(getattr(rows, f.name)[pick] for f in fields(MemoryRows))))
+    return out
 
 
 def _batches(ids: np.ndarray, size: int) -> list[np.ndarray]:

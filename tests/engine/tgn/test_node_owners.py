@@ -79,3 +79,17 @@ def test_a_folder_without_the_id_map_says_to_partition_again(tmp_path):
     (folder / "new_to_orig.npy").unlink()
     with pytest.raises(PartitionFormatError, match=r"meta.json lists no new_to_orig.npy .*`haloflow partition`"):
         NodeOwners.from_partition(folder, 5)
+
+
+def test_v_parts_hosted_on_k_ranks_keep_each_part_s_rows_together():
+    parts = NodeOwners(np.array([0, 1, 2, 3, 0, 1, 2, 3, 0, 2]), np.array([0, 0, 0, 0, 1, 1, 1, 1, 2, 2]),
+                       (3, 2, 3, 2))
+    two = parts.hosted(2)  # rank 0: parts 0, 1 (rows 0-2, then 3-4); rank 1: parts 2, 3 (rows 0-2, then 3-4)
+    assert two.counts == (5, 5)
+    assert two.owner.tolist() == [0, 0, 1, 1, 0, 0, 1, 1, 0, 1]
+    assert two.row.tolist() == [0, 3, 0, 3, 1, 4, 1, 4, 2, 2]
+    one = parts.hosted(4)
+    assert one.counts == (10,) and sorted(one.row.tolist()) == list(range(10))
+    assert parts.hosted(1) is parts
+    with pytest.raises(ConfigError, match="4 parts cannot be hosted 3 per rank"):
+        parts.hosted(3)
