@@ -101,6 +101,11 @@ class RuntimeConfig:
             run is the same bit for bit whatever else runs beside it, and at any OMP_NUM_THREADS. Fixed threads
             leave MKL its fastest split (up to ~10% faster on small-output products; the numbers then differ from
             the default run's in the last bits).
+        allow_nonfinite: a loss that is NaN or infinite stops the run at that unit (``RunFailed``: exit 1), naming
+            the unit, the loss and the last good checkpoint; True: train on (``--allow-nonfinite``).
+        overwrite: an output file that is already there is replaced only when haloflow wrote it (a JSON log whose
+            lines are our records, a model file of ours); True replaces any regular file. Links, FIFOs and
+            devices are written through either way.
     """
 
     device: str = option("auto", choices=DEVICES, means="CUDA when present",
@@ -118,6 +123,10 @@ class RuntimeConfig:
     checkpoint: CheckpointConfig = nested(CheckpointConfig, "checkpoints and recovery")
     adapt_threads: bool = option(True, "--fixed-threads", negate=True,
                                  help="keep the thread count fixed, also while other processes keep the cores busy")
+    allow_nonfinite: bool = option(False, help="keep training after a loss that is NaN or infinite (default: the "
+                                   "run stops at that unit with exit status 1)")
+    overwrite: bool = option(False, help="replace output files (--log-jsonl, --save) that are already there and "
+                             "were not written by haloflow (default: refused; haloflow's own are replaced)")
 
     def __post_init__(self) -> None:
         if self.device not in DEVICES:

@@ -18,6 +18,7 @@ the Criteo Kaggle DLRM (FACTS.md): SGD lr 0.1, batch 128, D = 16, bottom 512-256
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -89,11 +90,21 @@ class DLRMTrainResult(TrainResult):
         window = self.losses[-100:]
         rows = [["steps", self.steps], ["samples / s", self.samples_per_s],
                 ["train loss (last 100 steps)", sum(window) / max(len(window), 1)],
-                ["val logloss", self.val_logloss], ["val AUC", self.val_auc],
+                ["val logloss", _shown(self.val_logloss)], ["val AUC", _shown(self.val_auc, self.val_logloss)],
                 ["bytes sent / step / rank", int(self.comm_bytes_per_step)],
                 *([["cache hit rate", self.cache["cache_hit_rate"]]] if self.cache else []),
                 *([["resumed after step", self.resumed_at]] if self.resumed_at else [])]
         return self.format_summary(f"DLRM, {self.steps} steps", rows, steps=self.steps - self.resumed_at)
+
+
+def _shown(metric: float | None, logloss: float | None = None) -> float | str:
+    """A validation metric as the summary shows it, never NaN: no validation rows (a NaN log-loss) measured
+    nothing; an AUC of rows of one class is undefined."""
+    if metric is not None and not math.isnan(metric):
+        return metric
+    if logloss is not None and not math.isnan(logloss):
+        return "undefined (the val rows are of one class)"
+    return "skipped (no validation rows)"
 
 
 def auc_rank_sum(scores: torch.Tensor, labels: torch.Tensor) -> float:
@@ -329,6 +340,8 @@ class DLRMFamily:
 
     def evaluate(self, run: RunInfo) -> dict[str, float]:
         val_logloss, val_auc = _evaluate(self.net, self.data, self.rt.layout, self.config)
+        if math.isnan(val_auc) and self.rt.layout.is_main and self.data.num_batches("val") == 0:
+            log.warning("validation skipped: the val split has no rows (the summary's val metrics are null)")
         return {"val_logloss": val_logloss, "val_auc": val_auc, "samples_per_s": self._samples_per_s(run),
                 "comm_bytes_per_step": self.comm / max(run.trained, 1), **_cache_record(self.net.embeddings)}
 
