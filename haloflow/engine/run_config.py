@@ -18,12 +18,25 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from haloflow.errors import ConfigError
+from haloflow.utils.atomic import check_file_replaceable
 from haloflow.utils.config_flags import hidden, nested, option
+from haloflow.utils.owned import jsonl_log
 
-__all__ = ["DEVICES", "SCHEDULES", "expect_parts", "CheckpointConfig", "RuntimeConfig", "GradSyncConfig"]
+__all__ = ["DEVICES", "SCHEDULES", "MAX_UNITS", "check_units", "expect_parts", "CheckpointConfig", "RuntimeConfig", "GradSyncConfig"]
 
 DEVICES = ("auto", "cpu", "cuda")
 SCHEDULES = ("overlap", "wait_first")  # the exchange overlapped with compute, or the control that waits first
+
+
+# More epochs, steps or batches than any run could finish (a billion units of even a millisecond each is 12 days):
+# a typo (--epochs 100000000000000000000), refused before any work instead of a run that never ends.
+MAX_UNITS = 10**9
+
+
+def check_units(value: int | None, name: str) -> None:
+    """Refuse a count of units past ``MAX_UNITS`` (``name``: the config field, which the CLI maps to its flag)."""
+    if value is not None and value > MAX_UNITS:
+        raise ConfigError(f"{name} must be <= {MAX_UNITS:,} (more than a run could finish), got {value:,}", field=name)
 
 
 def expect_parts(parts: int, world_size: int, source: str) -> None:
@@ -140,6 +153,7 @@ class RuntimeConfig:
             object.__setattr__(self, "log_jsonl", path)
             if path.is_dir():  # found now, not after training
                 raise ConfigError(f"log_jsonl {path} is a folder; expected a file name to write", field="log_jsonl")
+            check_file_replaceable(path, self.overwrite, jsonl_log, "--log-jsonl")
 
 
 @dataclass(frozen=True, kw_only=True)

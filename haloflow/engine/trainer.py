@@ -39,7 +39,7 @@ import torch
 
 from haloflow.engine.checkpoint import LoadedCheckpoint, Piece, restart_count
 from haloflow.engine.runtime import Runtime, RuntimeConfig, TrainResult, synchronize
-from haloflow.errors import RunFailed
+from haloflow.errors import ConfigError, RunFailed
 
 __all__ = ["Family", "UnitMetrics", "Exported", "RunInfo", "SUMMARY_KEYS", "run", "Interrupted"]
 
@@ -157,7 +157,7 @@ def run(family: Family, runtime: RuntimeConfig) -> TrainResult:
         DistributedError: a peer died or timed out.
     """
     with Runtime.start(runtime, join=family.join) as rt:
-        family.setup(rt)
+        _setup(family, rt)
         total = family.total_units()
         ckpt = rt.checkpointer(family.kind, family.identity())
         done = ckpt.resume(total, family.unit, family.more_flag, lambda loaded: _restore(family, loaded)) or 0
@@ -186,6 +186,19 @@ class Interrupted(KeyboardInterrupt):
         where = f"; last checkpoint: {checkpoint}" if checkpoint is not None else ""
         super().__init__(f"interrupted at {unit} {at}{where}")
         self.unit, self.at, self.checkpoint = unit, at, checkpoint
+
+
+def _setup(family: Family, rt: Runtime) -> None:
+    """``family.setup``, with a model or data larger than this machine's memory (``--memory-dim 100000000``) said in
+    one line, not a traceback from the allocator."""
+    try:
+        family.setup(rt)
+    except (MemoryError, torch.OutOfMemoryError, RuntimeError) as err:
+        text = str(err).splitlines()[0] if str(err) else type(err).__name__
+        if not isinstance(err, MemoryError) and "allocate" not in text and not isinstance(err, torch.OutOfMemoryError):
+            raise
+        raise ConfigError(f"{family.kind}: the model and data do not fit in this machine's memory ({text[:160]}); "
+                          "choose smaller sizes (dims, hidden width, tables)") from None
 
 
 def _restore(family: Family, loaded: LoadedCheckpoint) -> int:

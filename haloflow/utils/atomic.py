@@ -43,6 +43,7 @@ from typing import IO
 from haloflow.errors import ConfigError, HaloflowError, OutputError, OutputExistsError
 
 __all__ = ["atomic_directory", "atomic_output", "atomic_write_text", "check_absent", "check_replaceable",
+           "check_file_replaceable",
            "open_stream", "full_disk_error", "reporting_full_disk"]
 
 log = logging.getLogger(__name__)
@@ -174,6 +175,33 @@ def check_replaceable(target: str | os.PathLike, overwrite: bool, ours: Callable
     if any(real.iterdir()) and not (ours is not None and ours(real)):
         raise ConfigError(f"refusing to replace {target}: it is not a {what} written by haloflow (its metadata file "
                           "is missing or another program's); choose another --out")
+
+
+def check_file_replaceable(path: str | os.PathLike | None, overwrite: bool, ours: Callable[[Path], bool],
+                           flag: str) -> None:
+    """Raise unless a file output may replace what is at ``path``: nothing, an empty file, a regular file that
+    ``ours`` recognises as haloflow's (``utils/owned.py``), or anything with ``overwrite``. A link, a FIFO or a
+    device is not checked here: it is written through as before (module docstring). Call it before the work.
+
+    Raises:
+        OutputExistsError: a regular file is there that haloflow did not write, and ``overwrite`` is False.
+    """
+    if path is None or overwrite:
+        return
+    path = Path(path)
+    try:
+        st = os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    if not stat.S_ISREG(st.st_mode) or st.st_size == 0:
+        return
+    try:
+        mine = ours(path)
+    except OSError:  # unreadable: not known to be ours
+        mine = False
+    if not mine:
+        raise OutputExistsError(f"{flag} {path}: a file is already there that haloflow did not write; pass "
+                                "--overwrite to replace it, or choose another path")
 
 
 # ------------------------------------------------------------------------------------------------ writing
