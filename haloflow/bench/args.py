@@ -2,8 +2,8 @@
 generated, partitioned or written (one usage line and ``error: argument --nodes: ...``, exit 2)::
 
     --nodes 0       at_least(1)     "must be >= 1, got 0"
-    --ks abc        ks              "expected comma-separated positive integers, got 'abc'"
-    --ks 1,,2       ks              "... an empty item"
+    --ks abc        k_list            "expected comma-separated positive integers, got 'abc'"
+    --ks 1,,2       k_list            "... an empty item"
     --budget abc    byte_size       "expected a size such as 512MiB or 2GiB, got 'abc'"
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 
-__all__ = ["at_least", "ks", "ks_or_none", "byte_size", "names"]
+__all__ = ["at_least", "k_list", "k_list_or_none", "byte_size", "names"]
 
 _INT64 = 2**63 - 1
 
@@ -32,7 +32,7 @@ def at_least(low: int, high: int = _INT64):
     return parse
 
 
-def ks(text: str) -> str:
+def k_list(text: str) -> str:
     """Comma-separated positive rank counts (``1,2,4``); returned as typed, for the code that splits it."""
     items = text.split(",")
     if any(not item.strip() for item in items):
@@ -47,9 +47,9 @@ def ks(text: str) -> str:
     return text
 
 
-def ks_or_none(text: str) -> str:
-    """``ks``, or ``''`` for none."""
-    return text if text == "" else ks(text)
+def k_list_or_none(text: str) -> str:
+    """``k_list``, or ``''`` for none."""
+    return text if text == "" else k_list(text)
 
 
 def byte_size(text: str) -> str:

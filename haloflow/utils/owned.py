@@ -7,7 +7,7 @@ when one of these recognises it, or with ``--overwrite`` (``atomic.check_file_re
     --log-jsonl             its first line starts as every record of ours does: {"kind": "
     --save (GCN)            a torch zip whose pickle names model_config, state_dict and train_config
     plan-tables --out       a JSON object whose "format" is haloflow.sharding_plan
-    bench --out             a JSON object whose "written_by" starts with "haloflow"
+    bench --out             a JSON object whose "written_by" starts with "haloflow" (or one in bench-results/)
 
 Each reads at most a few MiB of the file: a large data file is told apart by its first bytes.
 """
@@ -65,5 +65,7 @@ def sharding_plan(path: Path) -> bool:
 
 
 def bench_results(path: Path) -> bool:
+    """Stamped by ``haloflow bench``, or a JSON object in a ``bench-results`` folder (written before the stamp)."""
     obj = _json_object(path)
-    return obj is not None and str(obj.get(WRITTEN_BY, "")).startswith("haloflow")
+    return obj is not None and (str(obj.get(WRITTEN_BY, "")).startswith("haloflow")
+                                or path.resolve().parent.name == "bench-results")
