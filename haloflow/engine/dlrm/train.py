@@ -97,6 +97,20 @@ class DLRMTrainResult(TrainResult):
         return self.format_summary(f"DLRM, {self.steps} steps", rows, steps=self.steps - self.resumed_at)
 
 
+def _check_batches(cfg: DLRMTrainConfig, data: "_Data", k: int) -> None:
+    """Every rank needs a row of every batch (each trains its slice): a batch, or a split's last partial batch,
+    smaller than the K ranks is refused before any work."""
+    if cfg.batch_size < k:
+        raise ConfigError(f"batch_size {cfg.batch_size} is smaller than the {k} ranks: each rank trains a slice of "
+                          f"every batch; give --batch-size >= {k}", field="batch_size")
+    for split in ("train", "val"):
+        rows = data.num_rows(split)
+        if 0 < rows % cfg.batch_size < k:
+            raise ConfigError(f"the {split} split's last batch holds {rows % cfg.batch_size} rows ({rows} rows, "
+                              f"batches of {cfg.batch_size}), fewer than the {k} ranks; choose a --batch-size that "
+                              "leaves none or at least K", field="batch_size")
+
+
 def _shown(metric: float | None, logloss: float | None = None) -> float | str:
     """A validation metric as the summary shows it, never NaN: no validation rows (a NaN log-loss) measured
     nothing; an AUC of rows of one class is undefined."""
@@ -149,6 +163,11 @@ class _Data:
             if self.loaders["train"].num_rows == 0:
                 raise ConfigError(f"{config.data}: the train split has no rows: nothing to train on", field="data")
             self.num_dense = self.loaders["train"].num_dense
+
+    def num_rows(self, split: str) -> int:
+        if self.config.synthetic:
+            return self.config.synthetic_train if split == "train" else self.config.synthetic_val
+        return self.loaders[split].num_rows
 
     def num_batches(self, split: str) -> int:
         B = self.config.batch_size
@@ -269,6 +288,7 @@ class DLRMFamily:
     def setup(self, rt: Runtime) -> None:
         cfg = self.config
         self.rt, self.data, self.dtype = rt, _Data(cfg), getattr(torch, cfg.dtype)
+        _check_batches(cfg, self.data, rt.layout.world_size)
         self.per_epoch = self.data.num_batches("train")
         self.total = self.per_epoch * cfg.epochs if cfg.max_steps is None else min(self.per_epoch * cfg.epochs,
                                                                                    cfg.max_steps)
