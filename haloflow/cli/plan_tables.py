@@ -107,6 +107,10 @@ def run(args: argparse.Namespace) -> int:
         reservation = FixedFractionReservation(fraction=args.reserve)
         if args.dim < 1:
             raise ConfigError(f"--dim must be >= 1, got {args.dim}")
+        for flag, value, most in (("--dim", args.dim, 2**31), ("--batch-size", args.batch_size, 2**40),
+                                  ("--world-size", args.world_size, 2**20)):  # past any machine, and numpy's int64
+            if value > most:
+                raise ConfigError(f"{flag} must be <= {most:,}, got {value:,}")
         for flag, value in (("--cache-curves", args.cache_curves), ("--cache-policy", args.cache_policy)):
             if value is not None and not args.cached:
                 raise ConfigError(f"{flag} applies only to cached tables: it needs --cached")
