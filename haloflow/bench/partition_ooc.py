@@ -183,10 +183,12 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     ap.add_argument("--features", type=int, default=64, help="float32 features per node (default 64)")
     ap.add_argument("--parts", type=int, default=16, help="parts of each partition")
     ap.add_argument("--passes", type=int, default=4, help="Fennel passes (default 4: one stream, 3 restreams)")
-    ap.add_argument("--budget", type=byte_size, default="3GiB", help="--memory-budget of the out-of-core run (default 3GiB)")
+    ap.add_argument("--budget", type=byte_size, default="3GiB",
+                    help="--memory-budget of the out-of-core run (default 3GiB)")
     ap.add_argument("--compare-scale", type=int, default=22,
                     help="scale for the side-by-side runs: in memory, METIS, and out of core (default 22; 0 = none)")
-    ap.add_argument("--compare-budget", type=byte_size, default="1GiB", help="budget of the out-of-core run at --compare-scale "
+    ap.add_argument("--compare-budget", type=byte_size, default="1GiB",
+                    help="budget of the out-of-core run at --compare-scale "
                     "(default 1GiB: the CLI's own imports take about 320 MiB of it)")
     ap.add_argument("--skip", default="", help="comma-separated runs to leave out: big, memory, metis, ooc-compare")
     ap.add_argument("--work", default="bench-results/ooc-work", help="where inputs, outputs and temporary files go")

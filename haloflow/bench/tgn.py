@@ -332,7 +332,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     p.add_argument("--ks", type=k_list_or_none, default="2,4", help="rank counts of the distributed rows ('' for none)")
     p.add_argument("--batches", type=at_least(1), default=40, help="batches timed per schedule in the distributed rows")
     p.add_argument("--threads", type=int, default=2, help="torch threads of the one-process runs")
-    p.add_argument("--rounds", type=at_least(0), default=3, help="extra training epochs per side, alternating, for the speed "
+    p.add_argument("--rounds", type=at_least(0), default=3,
+                   help="extra training epochs per side, alternating, for the speed "
                    "ratio (0: the evaluated runs' speeds only)")
     p.add_argument("--skip-pyg", action="store_true", help="time haloflow alone, without the PyG peer")
     p.add_argument("--seed", type=int, default=0, help="seed of the models and the negatives")

@@ -131,8 +131,8 @@ ERROR_DIR_ENV = "HALOFLOW_ERROR_DIR"  # set by `--nproc`'s launcher: ranks leave
 
 def _tell_the_launcher(what: str, text: str = "") -> None:
     """Under haloflow's own launcher, leave a note where it reads them after torchrun ends: ``started``,
-    ``error`` (the one-line message), ``failed`` (a run that failed: its line), ``interrupted`` (where Ctrl-C stopped the run), ``done`` or ``stopped`` (by
-    torchrun's SIGTERM), per attempt and rank. A rank that started and left neither ``done`` nor ``stopped`` died
+    ``error`` (the one-line message), ``failed`` (a run that failed: its line), ``interrupted`` (where Ctrl-C
+    stopped the run), ``done`` or ``stopped`` (by torchrun's SIGTERM), per attempt and rank. A rank that started and left neither ``done`` nor ``stopped`` died
     without a word (SIGKILL, a crash)."""
     folder, rank = os.environ.get(ERROR_DIR_ENV), os.environ.get("RANK")
     if folder and rank is not None:

@@ -22,7 +22,8 @@ from haloflow.utils.atomic import check_file_replaceable
 from haloflow.utils.config_flags import hidden, nested, option
 from haloflow.utils.owned import jsonl_log
 
-__all__ = ["DEVICES", "SCHEDULES", "MAX_UNITS", "check_units", "expect_parts", "CheckpointConfig", "RuntimeConfig", "GradSyncConfig"]
+__all__ = ["DEVICES", "SCHEDULES", "MAX_UNITS", "check_units", "expect_parts", "CheckpointConfig", "RuntimeConfig",
+           "GradSyncConfig"]
 
 DEVICES = ("auto", "cpu", "cuda")
 SCHEDULES = ("overlap", "wait_first")  # the exchange overlapped with compute, or the control that waits first

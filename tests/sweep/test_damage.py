@@ -153,9 +153,11 @@ CASES = [
     # a killed run's temporaries: removed by the next run over the same output, which says so
     Case("ooc-leftover-of-a-killed-run", (*_OOC, "--out", "{tmp}/parts"), 0, _SAID,
          setup=_killed_leftovers(".haloflow-ooc-{pid}-abcdefgh")),
-    Case("ooc-tmp-dir-leftover", (*_OOC, "--tmp-dir", "{tmp}/scratch", "--out", "{tmp}/parts"), 0, _SAID, setup=_killed_leftovers("scratch/.haloflow-ooc-{pid}-abcdefgh")),
+    Case("ooc-tmp-dir-leftover", (*_OOC, "--tmp-dir", "{tmp}/scratch", "--out", "{tmp}/parts"), 0, _SAID,
+         setup=_killed_leftovers("scratch/.haloflow-ooc-{pid}-abcdefgh")),
     Case("preprocess-leftover-of-a-killed-run", ("preprocess", "clicks", "--train", "20", "--val", "5", "--test", "5",
-                                                 "--max-rows", "20", "--out", "{tmp}/clicks"), 0, _SAID, setup=_killed_leftovers(".clicks.tmp-{pid}-abcdefgh")),
+                                                 "--max-rows", "20", "--out", "{tmp}/clicks"), 0, _SAID,
+         setup=_killed_leftovers(".clicks.tmp-{pid}-abcdefgh")),
     Case("partition-old-leftover", ("partition", "{in}/g.txt", "--parts", "2", "--method", "random", "--out",
                                     "{tmp}/parts"), 0, _SAID,
          setup=_killed_leftovers(".parts.tmp-{pid}-abcdefgh", ".parts.old-{pid}-abcdefgh")),

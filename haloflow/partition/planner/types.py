@@ -311,7 +311,8 @@ class ShardingPlan:
         object.__setattr__(self, "per_rank", tuple(self.per_rank))
         if isinstance(self.world_size, bool) or not isinstance(self.world_size, int) or self.world_size < 1:
             raise ConfigError(f"world_size must be an integer >= 1, got {self.world_size!r}")
-        if self.per_rank and [c.rank for c in self.per_rank] != list(range(self.world_size)):
+        ranks = [c.rank for c in self.per_rank]  # compared by length first: a huge world_size builds no list
+        if self.per_rank and (len(ranks) != self.world_size or ranks != list(range(len(ranks)))):
             raise ConfigError(f"per_rank must list ranks 0..{self.world_size - 1} in order, "
                               f"got {[c.rank for c in self.per_rank]}")
 
