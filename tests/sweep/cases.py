@@ -88,6 +88,8 @@ def build_inputs(root: Path) -> Path:
     overlap = dataset.train_mask.copy()
     write_graph_folder(root / "overlap", dataset)  # then a val split that shares train nodes
     np.save(root / "overlap" / "val_mask.npy", dataset.val_mask | overlap)
+    write_graph_folder(root / "noval", dataset)  # then no validation nodes at all
+    np.save(root / "noval" / "val_mask.npy", np.zeros_like(dataset.val_mask))
     return root
 
 

@@ -54,6 +54,7 @@ CASES = [
                                                "{tmp}/ck", "--checkpoint-every", "1"), 1,
          "the last good checkpoint is {tmp}/ck/step-00000001"),
     Case("gcn-nan-loss-allowed", (*GCN, "--lr", "1e30", "--allow-nonfinite"), 0, "test acc"),
+    Case("gcn-zero-val-nodes", (*_ONE, "--dataset", "{in}/noval"), 0, "skipped (no val nodes)"),
     Case("dlrm-zero-val-rows", (*DLRM[:8], "0", *DLRM[9:]), 0, "skipped (no validation rows)"),
     Case("newest-checkpoint-without-manifest", (*GCN[:5], "4", *GCN[6:], "--resume", "{tmp}/ck"), 2,
          "step-00000002: no manifest.json", setup=_checkpoints_with_a_newer_step_without_manifest),
