@@ -90,3 +90,22 @@ def test_silent(case_inputs, tmp_path, case):
     run_case(Case(case.id, case.argv, case.code, says, case.keep, case.absent, case.gone, case.setup),
              case_inputs, tmp_path, "SILENT")
     shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_a_nan_loss_under_nproc_2_ends_the_job_with_one_line_and_exit_1(tmp_path):
+    """Every rank sees the same global loss, so every rank stops at the same epoch; the launcher says it once."""
+    import subprocess
+    import sys
+
+    from haloflow.partition.api import PartitionConfig
+    from haloflow.partition.pipeline import partition_dataset
+    from tests.engine.scripts.common import small_dataset
+
+    partition_dataset(small_dataset(num_nodes=60, num_edges=200, feat_dim=4, num_classes=3, seed=2),
+                      PartitionConfig(num_parts=2, method="random"), tmp_path / "k2", progress=False)
+    argv = ["train", "gcn", "--partitions", str(tmp_path / "k2"), "--nproc", "2", "--epochs", "4", "--lr", "1e30",
+            "--no-progress", "--device", "cpu"]
+    proc = subprocess.run([sys.executable, "-m", "haloflow", *argv], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith("haloflow: error: gcn: the loss at epoch 2 is nan")
