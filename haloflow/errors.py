@@ -17,6 +17,7 @@ __all__ = [
     "DistributedError",
     "CheckpointError",
     "OutputError",
+    "RunFailed",
 ]
 
 
@@ -74,3 +75,9 @@ class DistributedError(HaloflowError, RuntimeError):
 
 class CheckpointError(HaloflowError, ValueError):
     """A checkpoint is missing, damaged, or of another model, data set or optimizer than the run resuming it."""
+
+
+class RunFailed(HaloflowError, RuntimeError):
+    """The run itself failed, not the input: a loss that is no longer a finite number. The message says where it
+    stopped (the unit, the loss, the last good checkpoint); the CLI prints it as one line and exits 1, as for any
+    run that did not finish."""

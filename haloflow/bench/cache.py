@@ -44,6 +44,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from haloflow.bench.args import at_least
 from haloflow.cache import (Adagrad, BackingStore, CachedEmbeddingBag, CachedStore, belady_hits, make_policy,
                             simulate)
 from haloflow.cache.optim import apply_rows
@@ -312,15 +313,15 @@ def dlrm_throughput(max_rows: int, steps: int, batch: int, rounds: int, seed: in
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter)
-    p.add_argument("--scale", type=int, default=100, help="Kaggle table rows divided by this (Zipf traces)")
+    p.add_argument("--scale", type=at_least(1), default=100, help="Kaggle table rows divided by this (Zipf traces)")
     p.add_argument("--zipf", type=float, default=1.05, help="rank-frequency exponent of the synthetic ids")
-    p.add_argument("--batches", type=int, default=800, help="batches per Zipf trace")
+    p.add_argument("--batches", type=at_least(1), default=800, help="batches per Zipf trace")
     p.add_argument("--trace-batch-size", type=int, default=512, help="samples per batch of the hit-rate traces")
     p.add_argument("--window", type=int, default=DEFAULT_WINDOW,
                    help="batches the lookahead policies see ahead (hit-rate traces)")
     p.add_argument("--batch-size", type=int, default=2048, help="samples per training step (part 2)")
     p.add_argument("--rows", type=int, default=1_000_000, help="rows of the memory-mapped training table")
-    p.add_argument("--steps", type=int, default=1000, help="training steps on the memory-mapped table")
+    p.add_argument("--steps", type=at_least(1), default=1000, help="training steps on the memory-mapped table")
     p.add_argument("--mmap-rounds", type=int, default=3,
                    help="rounds of the memory-mapped readers (each a fresh process on a fresh table)")
     p.add_argument("--seed", type=int, default=0, help="seed of the traces and the tables")

@@ -37,6 +37,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from haloflow.bench.args import at_least
 from haloflow.host.openmp import caller_environ
 from haloflow.utils.atomic import atomic_write_text
 from haloflow.utils.table import format_table
@@ -275,7 +276,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     # 40: three runnable threads on two cores give each a share in the scheduler's slices, so a lone step under
     # load took either its quiet time or twice it (DLRM 1 thread: 6.7 or 15 ms, 2026-12-04); 10 steps (~60 ms)
     # caught one or two slices and the 2-vs-1-thread ratio was luck (1.42x in one run, 0.98x with 40 steps)
-    p.add_argument("--steps", type=int, default=40, help="steps timed per side, family, thread count and round")
+    p.add_argument("--steps", type=at_least(1), default=40, help="steps timed per side, family, thread count and round")
     p.add_argument("--warmup", type=int, default=3, help="untimed steps per family as a worker starts")
     p.add_argument("--settle", type=float, default=0.4,
                    help="seconds of untimed steps before each timed block, under its load (lets the threads adapt)")

@@ -40,6 +40,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from haloflow.bench.args import at_least
 from haloflow.bench.peer import PeerProcess, peer_python_flag
 from haloflow.data.clicks import ClickLogConfig, ClickLogGenerator
 from haloflow.data.jagged import ClickBatch
@@ -310,7 +311,7 @@ def worker(args) -> None:
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter)
-    p.add_argument("--steps", type=int, default=60, help="timed steps")
+    p.add_argument("--steps", type=at_least(1), default=60, help="timed steps")
     p.add_argument("--warmup", type=int, default=5, help="untimed steps (one process: losses compared on these)")
     p.add_argument("--rounds", type=int, default=6, help="alternating timing rounds (one process)")
     p.add_argument("--batch-size", type=int, default=128, help="samples per step")

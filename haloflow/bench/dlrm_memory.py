@@ -33,6 +33,7 @@ from pathlib import Path
 
 import torch
 
+from haloflow.bench.args import at_least, k_list
 from haloflow.utils.atomic import atomic_write_text
 from haloflow.utils.memory import format_bytes, peak_rss_bytes
 from haloflow.utils.table import format_table
@@ -122,11 +123,11 @@ def launch(args, k: int, kind: str, max_rows: int) -> dict:
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter)
-    p.add_argument("--ks", default="1,2,4", help="world sizes, comma-separated (default 1,2,4)")
+    p.add_argument("--ks", type=k_list, default="1,2,4", help="world sizes, comma-separated (default 1,2,4)")
     p.add_argument("--kinds", default=",".join(KINDS), help="plans to measure: sharded, cached (default both)")
     p.add_argument("--max-rows", type=int, default=0, help="cap on a table's rows; 0: the full Kaggle sizes")
     p.add_argument("--overhead-rows", type=int, default=1000, help="table cap of the overhead runs")
-    p.add_argument("--steps", type=int, default=20, help="training steps per run")
+    p.add_argument("--steps", type=at_least(1), default=20, help="training steps per run")
     p.add_argument("--batch-size", type=int, default=2048, help="global batch (the planner's default)")
     p.add_argument("--memory-factor", type=float, default=1.2,
                    help="sharded plan: memory per rank = this x (all tables' bytes / K)")

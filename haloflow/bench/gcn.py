@@ -65,6 +65,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from haloflow.bench.args import at_least
 from haloflow.bench.peer import PeerProcess, peer_python_flag
 from haloflow.data.graph import CSRGraph
 from haloflow.models import GCN, GCNConfig, KERNELS, LocalAggregator, gcn_loss
@@ -369,14 +370,14 @@ def perf_model(graph: CSRGraph, d: list[int]) -> dict:
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     ap = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter)
-    ap.add_argument("--nodes", type=int, default=200_000, help="nodes of the random graph")
-    ap.add_argument("--entries", type=int, default=2_200_000, help="adjacency entries (both directions)")
+    ap.add_argument("--nodes", type=at_least(2), default=200_000, help="nodes of the random graph")
+    ap.add_argument("--entries", type=at_least(1), default=2_200_000, help="adjacency entries (both directions)")
     ap.add_argument("--in-dim", type=int, default=128, help="input feature width")
     ap.add_argument("--hidden", type=int, default=128, help="hidden width")
     ap.add_argument("--out-dim", type=int, default=40, help="classes (the output width)")
-    ap.add_argument("--epochs", type=int, default=5, help="timed rounds (one epoch of every contestant each)")
+    ap.add_argument("--epochs", type=at_least(1), default=5, help="timed rounds (one epoch of every contestant each)")
     ap.add_argument("--warmup", type=int, default=1, help="untimed rounds before the timed ones")
-    ap.add_argument("--spmm-repeats", type=int, default=3, help="repetitions of each SpMM timing")
+    ap.add_argument("--spmm-repeats", type=at_least(1), default=3, help="repetitions of each SpMM timing")
     ap.add_argument("--widths", type=int, nargs="+", default=[16, 40, 128], help="feature widths of the SpMM timings")
     ap.add_argument("--threads", type=int, default=2, help="torch threads of this process")
     ap.add_argument("--kernel", choices=KERNELS, default=DEFAULT_KERNEL, help="SpMM kernel on CPU")
@@ -387,6 +388,10 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
                     help="the DGL peer's Python, used where dgl does not import here (default: the one "
                          "`bash scripts/setup_peers.sh dgl` builds, when built; '' leaves DGL out)")
     args = ap.parse_args(argv)
+    most = args.nodes * (args.nodes - 1)  # a graph without loops or repeated edges holds no more
+    if args.entries > most:
+        ap.error(f"argument --entries: {args.entries:,} entries do not fit in a graph of {args.nodes:,} nodes (at "
+                 f"most {most:,} without loops and repeats); give more --nodes or fewer --entries")
     args.dgl_off = args.dgl_python == ""
     args.dgl_python = peer_python_flag(args.dgl_python, "dgl")  # a path, or None: not built or left out
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)

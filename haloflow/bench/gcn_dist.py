@@ -33,6 +33,7 @@ from pathlib import Path
 
 import torch
 
+from haloflow.bench.args import at_least, k_list
 from haloflow.partition.api import METHODS
 from haloflow.utils.help_format import HelpFormatter
 
@@ -225,9 +226,9 @@ def measure_other_rate(dataset, model_cfg, rates, threads: int, repeats: int = 3
 # ------------------------------------------------------------------------------------------------ driver
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     p = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=HelpFormatter)
-    p.add_argument("--scale", type=int, default=20, help="2^scale nodes")
-    p.add_argument("--ks", default="1,2,4", help="rank counts to run, comma-separated")
-    p.add_argument("--epochs", type=int, default=5, help="timed epochs per schedule (after one warm-up each)")
+    p.add_argument("--scale", type=at_least(1, 40), default=20, help="2^scale nodes")
+    p.add_argument("--ks", type=k_list, default="1,2,4", help="rank counts to run, comma-separated")
+    p.add_argument("--epochs", type=at_least(1), default=5, help="timed epochs per schedule (after one warm-up each)")
     p.add_argument("--feat", type=int, default=64, help="input feature width")
     p.add_argument("--hidden", type=int, default=64, help="hidden width")
     p.add_argument("--layers", type=int, default=3, help="graph convolutions")

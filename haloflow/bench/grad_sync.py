@@ -25,6 +25,7 @@ from pathlib import Path
 
 import torch
 from torch import nn
+from haloflow.bench.args import at_least, k_list
 from haloflow.utils.help_format import HelpFormatter
 
 MODELS = {  # name -> parameter shapes
@@ -108,8 +109,8 @@ def worker(args) -> None:
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     p = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=HelpFormatter)
-    p.add_argument("--ks", default="2,4", help="rank counts to run, comma-separated")
-    p.add_argument("--steps", type=int, default=30, help="timed steps per scheme")
+    p.add_argument("--ks", type=k_list, default="2,4", help="rank counts to run, comma-separated")
+    p.add_argument("--steps", type=at_least(1), default=30, help="timed steps per scheme")
     p.add_argument("--out", default="bench-results/grad_sync.json", help="where the JSON results go")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--worker-out", help=argparse.SUPPRESS)

@@ -39,6 +39,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import pymetis
 
+from haloflow.bench.args import at_least, k_list, names
 from haloflow.data import CSRGraph, data_root
 from haloflow.data.generators import RMATConfig, rmat_graph
 from haloflow.data.meshes import delaunay_graph, fe_mesh_graph
@@ -158,7 +159,7 @@ def load(name: str, rmat_scale: int) -> CSRGraph:
         rel, reader = GRAPHS[name]
         path = data_root() / rel
         if not path.exists():
-            raise SystemExit(f"{path} not found: set HALOFLOW_DATA to the folder holding graphs/")
+            raise FileNotFoundError(f"{path} not found: set HALOFLOW_DATA to the folder holding graphs/")
         g = reader(path)
         if not isinstance(g, CSRGraph):  # a reader may return a GraphDataset
             g = g.graph
@@ -214,15 +215,16 @@ def targets(rows: list[Row]) -> list[str]:
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     ap = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=HelpFormatter)
-    ap.add_argument("--graphs", default="road,slashdot,enron,rmat",
+    ap.add_argument("--graphs", type=names(tuple(GRAPHS) + ("rmat",)), default="road,slashdot,enron,rmat",
         help="graphs to partition, comma-separated (road, slashdot, enron, rmat)")
-    ap.add_argument("--parts", default="4,16", help="part counts, comma-separated")
+    ap.add_argument("--parts", type=k_list, default="4,16", help="part counts, comma-separated")
     ap.add_argument("--methods", default="metis,fennel,random",
                     help="comma-separated METHOD[@START[/PASSES]], e.g. fennel@stream/1 (one streaming pass), "
                     "fennel@multilevel; each also runs balanced on nodes and edges (+edges) unless --no-edges")
     ap.add_argument("--no-edges", action="store_true", help="leave out the +edges (two-weight) contestants")
-    ap.add_argument("--rmat-scale", type=int, default=22, help="the R-MAT graph has 2^SCALE nodes")
-    ap.add_argument("--rmat-parts", default="16", help="K values for R-MAT (each METIS run there takes minutes)")
+    ap.add_argument("--rmat-scale", type=at_least(1, 40), default=22, help="the R-MAT graph has 2^SCALE nodes")
+    ap.add_argument("--rmat-parts", type=k_list, default="16",
+                    help="K values for R-MAT (each METIS run there takes minutes)")
     ap.add_argument("--rmat-skip", default="metis+edges", help="contestants left out on R-MAT")
     ap.add_argument("--walshaw", action="store_true",
                     help="issue 35's table instead (module docstring): meshes and USA-road-NE, K = 2..64, 3%% "
@@ -234,8 +236,20 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     ks = [int(k) for k in args.parts.split(",")]
     labels = ["pymetis (direct)"] + [f"{m}{x}" for m in args.methods.split(",")
                                      for x in (("",) if args.no_edges else ("", "+edges"))]
+    for name in args.graphs.split(","):  # every input found before a temporary folder is made
+        if name in GRAPHS and not (data_root() / GRAPHS[name][0]).exists():
+            raise FileNotFoundError(f"{data_root() / GRAPHS[name][0]} not found: set HALOFLOW_DATA to the folder "
+                                    "holding graphs/")
     work = Path(tempfile.mkdtemp(prefix="haloflow-bench-"))
     rmat_ks = [int(k) for k in args.rmat_parts.split(",")]
+    try:
+        rows = _bench_graphs(args, ks, labels, rmat_ks, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    _report(args, rows)
+
+
+def _bench_graphs(args, ks: list[int], labels: list[str], rmat_ks: list[int], work: Path) -> list[Row]:
     rows: list[Row] = []
     for name in args.graphs.split(","):
         t0 = time.perf_counter()
@@ -247,8 +261,10 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
                             [x for x in labels if x not in skip], work)
         del g
         gc.collect()
-    shutil.rmtree(work, ignore_errors=True)
+    return rows
 
+
+def _report(args, rows: list[Row]) -> None:
     head = "| graph | K | method | edge cut | halo nodes | nodes max/mean | edges max/mean | time s | peak MiB |"
     print(head)
     print("|" + "---|" * 9)
@@ -266,6 +282,10 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
 
 def walshaw(out: str, graphs=("fe", "delaunay", "road"), parts=WALSHAW_PARTS, methods=WALSHAW_METHODS) -> int:
     """The ``--walshaw`` table (module docstring): one spawned process per (graph, K, method), as ``measured``."""
+    for name in graphs:
+        if name in GRAPHS and not (data_root() / GRAPHS[name][0]).exists():
+            raise FileNotFoundError(f"{data_root() / GRAPHS[name][0]} not found: set HALOFLOW_DATA to the folder "
+                                    "holding graphs/")
     work = Path(tempfile.mkdtemp(prefix="haloflow-bench-"))
     rows: list[Row] = []
     try:

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from haloflow.bench.args import at_least, byte_size
 from haloflow.utils.atomic import atomic_write_text
 from haloflow.utils.memory import format_bytes, parse_bytes
 from haloflow.utils.help_format import HelpFormatter
@@ -177,15 +178,17 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         _child(argv[1], json.loads(argv[2]))
         return 0
     ap = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=HelpFormatter)
-    ap.add_argument("--scale", type=int, default=25, help="R-MAT scale of the out-of-core run (default 25)")
+    ap.add_argument("--scale", type=at_least(1, 40), default=25, help="R-MAT scale of the out-of-core run (default 25)")
     ap.add_argument("--edge-factor", type=int, default=16, help="R-MAT edges per node")
     ap.add_argument("--features", type=int, default=64, help="float32 features per node (default 64)")
     ap.add_argument("--parts", type=int, default=16, help="parts of each partition")
     ap.add_argument("--passes", type=int, default=4, help="Fennel passes (default 4: one stream, 3 restreams)")
-    ap.add_argument("--budget", default="3GiB", help="--memory-budget of the out-of-core run (default 3GiB)")
+    ap.add_argument("--budget", type=byte_size, default="3GiB",
+                    help="--memory-budget of the out-of-core run (default 3GiB)")
     ap.add_argument("--compare-scale", type=int, default=22,
                     help="scale for the side-by-side runs: in memory, METIS, and out of core (default 22; 0 = none)")
-    ap.add_argument("--compare-budget", default="1GiB", help="budget of the out-of-core run at --compare-scale "
+    ap.add_argument("--compare-budget", type=byte_size, default="1GiB",
+                    help="budget of the out-of-core run at --compare-scale "
                     "(default 1GiB: the CLI's own imports take about 320 MiB of it)")
     ap.add_argument("--skip", default="", help="comma-separated runs to leave out: big, memory, metis, ooc-compare")
     ap.add_argument("--work", default="bench-results/ooc-work", help="where inputs, outputs and temporary files go")

@@ -21,6 +21,7 @@ import time
 
 import numpy as np
 
+from haloflow.bench.args import at_least
 from haloflow.partition.planner.cost_model import EmbeddingCostModel
 from haloflow.partition.planner.enumerators import ShardingOptionEnumerator
 from haloflow.partition.planner.planner import EmbeddingShardingPlanner, lower_bound
@@ -59,7 +60,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     p.add_argument("--headroom", type=float, default=2.0,
                    help="synthetic budget per rank = headroom x (all tables' bytes / K)")
     p.add_argument("--timing-tables", type=int, default=1000, help="tables of the planning-time check")
-    p.add_argument("--repeats", type=int, default=3, help="timing: best of this many runs")
+    p.add_argument("--repeats", type=at_least(1), default=3, help="timing: best of this many runs")
     p.add_argument("--out", default="bench-results/planner.json", help="where the JSON results go")
     args = p.parse_args(argv)
 

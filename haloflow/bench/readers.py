@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.csv as pacsv
 
+from haloflow.bench.args import at_least, names
 from haloflow.data import data_root
 from haloflow.data.readers import read_pace, read_snap
 from haloflow.data.textscan import open_decompressed, read_int_rows
@@ -74,8 +75,9 @@ def pyarrow_read(path: Path, skip: int, comment: str) -> np.ndarray:
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0], formatter_class=HelpFormatter)
-    parser.add_argument("--graphs", default=",".join(GRAPHS), help="comma-separated subset of " + ",".join(GRAPHS))
-    parser.add_argument("--repeat", type=int, default=3, help="best of this many runs per reader")
+    parser.add_argument("--graphs", type=names(tuple(GRAPHS)), default=",".join(GRAPHS),
+                        help="comma-separated subset of " + ",".join(GRAPHS))
+    parser.add_argument("--repeat", type=at_least(1), default=3, help="best of this many runs per reader")
     parser.add_argument("--out", default="bench-results/readers.json", help="JSON results path")
     args = parser.parse_args(argv)
     root = data_root()

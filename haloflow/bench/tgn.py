@@ -31,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from haloflow.bench.args import at_least, k_list_or_none
 from haloflow.utils.help_format import HelpFormatter
 
 DEFAULT_EVENTS = "temporal/jodie_wikipedia_edges.csv"
@@ -326,11 +327,12 @@ def _alone(run, ids: np.ndarray) -> tuple[float, float]:
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     p = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("--events", default=None, help=f"event stream (default: $HALOFLOW_DATA/{DEFAULT_EVENTS})")
-    p.add_argument("--epochs", type=int, default=1, help="training epochs of each model")
-    p.add_argument("--ks", default="2,4", help="rank counts of the distributed rows ('' for none)")
-    p.add_argument("--batches", type=int, default=40, help="batches timed per schedule in the distributed rows")
+    p.add_argument("--epochs", type=at_least(1), default=1, help="training epochs of each model")
+    p.add_argument("--ks", type=k_list_or_none, default="2,4", help="rank counts of the distributed rows ('' for none)")
+    p.add_argument("--batches", type=at_least(1), default=40, help="batches timed per schedule in the distributed rows")
     p.add_argument("--threads", type=int, default=2, help="torch threads of the one-process runs")
-    p.add_argument("--rounds", type=int, default=3, help="extra training epochs per side, alternating, for the speed "
+    p.add_argument("--rounds", type=at_least(0), default=3,
+                   help="extra training epochs per side, alternating, for the speed "
                    "ratio (0: the evaluated runs' speeds only)")
     p.add_argument("--skip-pyg", action="store_true", help="time haloflow alone, without the PyG peer")
     p.add_argument("--seed", type=int, default=0, help="seed of the models and the negatives")

@@ -25,7 +25,7 @@ from pathlib import Path
 from collections.abc import Callable
 
 from haloflow import host
-from haloflow.errors import ConfigError, HaloflowError
+from haloflow.errors import ConfigError, HaloflowError, RunFailed
 
 __all__ = ["main", "build_parser", "register_modules", "run_command", "name_flags"]
 
@@ -131,8 +131,8 @@ ERROR_DIR_ENV = "HALOFLOW_ERROR_DIR"  # set by `--nproc`'s launcher: ranks leave
 
 def _tell_the_launcher(what: str, text: str = "") -> None:
     """Under haloflow's own launcher, leave a note where it reads them after torchrun ends: ``started``,
-    ``error`` (the one-line message), ``interrupted`` (where Ctrl-C stopped the run), ``done`` or ``stopped`` (by
-    torchrun's SIGTERM), per attempt and rank. A rank that started and left neither ``done`` nor ``stopped`` died
+    ``error`` (the one-line message), ``failed`` (a run that failed: its line), ``interrupted`` (where Ctrl-C
+    stopped the run), ``done`` or ``stopped`` (by torchrun's SIGTERM), per attempt and rank. A rank that started and left neither ``done`` nor ``stopped`` died
     without a word (SIGKILL, a crash)."""
     folder, rank = os.environ.get(ERROR_DIR_ENV), os.environ.get("RANK")
     if folder and rank is not None:
@@ -150,11 +150,11 @@ def _on_sigterm(signum, frame) -> None:
     os.kill(os.getpid(), signal.SIGTERM)
 
 
-def _user_error(prog: str, message: str) -> int:
+def _user_error(prog: str, message: str, *, note: str = "error", status: int = 2) -> int:
     if not os.environ.get(ERROR_DIR_ENV):  # under `--nproc`, the launcher prints the first rank's line once
         print(f"{prog}: error: {message}", file=sys.stderr)
-    _tell_the_launcher("error", message)
-    return 2
+    _tell_the_launcher(note, message)
+    return status
 
 
 def run_command(prog: str, func: Callable[[argparse.Namespace], int | None], args: argparse.Namespace) -> int:
@@ -167,6 +167,8 @@ def run_command(prog: str, func: Callable[[argparse.Namespace], int | None], arg
         die_with_parent()  # torchrun's agent gone (kill -9): SIGTERM, as if it had stopped this rank
     try:
         result = func(args)
+    except RunFailed as err:  # not the user's input: the run itself failed (a NaN loss), so 1, not 2
+        return _user_error(prog, str(err), note="failed", status=1)
     except _USER_ERRORS as err:
         return _user_error(prog, str(err))
     except OSError as err:  # a full disk that no writer named: still one line, not a traceback

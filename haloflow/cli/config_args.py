@@ -34,6 +34,15 @@ from haloflow.utils.help_format import HelpFormatter, show_default
 __all__ = ["ConfigArgs", "HelpFormatter", "int_list", "show_default"]
 
 
+def int64(text: str) -> int:
+    """An int flag: any int a 64-bit signed integer holds (what torch, numpy and the OS take); past that, argparse's
+    ``invalid int64 value`` before any work, not an OverflowError deep in a run."""
+    value = int(text)
+    if not -(2**63) <= value < 2**63:
+        raise ValueError(f"{text} is outside the 64-bit integer range")
+    return value
+
+
 def int_list(text: str) -> tuple[int, ...]:
     """``"512,256,64"`` -> ``(512, 256, 64)``: the parser of ``tuple[int, ...]`` fields."""
     try:
@@ -204,7 +213,9 @@ def _parser_for(hint, path: str):
         return str
     if len(kinds) == 1:
         kind = kinds[0]
-        if kind in (int, float, Path):
+        if kind is int:
+            return int64
+        if kind in (float, Path):
             return kind
         if typing.get_origin(kind) is tuple and typing.get_args(kind) == (int, ...):
             return int_list

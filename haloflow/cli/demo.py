@@ -17,6 +17,7 @@ import os
 import time
 from pathlib import Path
 
+from haloflow.cli import name_flags
 from haloflow.data.generators import SBMConfig, sbm_dataset
 from haloflow.errors import ConfigError
 from haloflow.partition.api import METHODS, PartitionConfig
@@ -66,6 +67,25 @@ def _train(parts_dir: Path, nproc: int, args: argparse.Namespace, log: Path) -> 
     return epochs, summary, secs
 
 
+def _check(args: argparse.Namespace) -> SBMConfig:
+    """The graph's, the partitions' and the training's configs built from the flags (each checks itself), so that a
+    bad value is refused before a graph is generated or a folder written; returns the graph's."""
+    from haloflow.engine.gcn.config import GCNTrainConfig
+
+    try:
+        sbm = SBMConfig(num_nodes=args.nodes, num_classes=args.classes, seed=args.seed)
+        for k in sorted({1, args.nproc}):
+            PartitionConfig(num_parts=k, method=args.method, seed=args.seed)
+        GCNTrainConfig(dataset="demo", epochs=args.epochs, hidden_dim=args.hidden, seed=args.seed)
+    except ConfigError as err:
+        names = {"num_nodes": "--nodes", "num_classes": "--classes", "PartitionConfig.num_parts": "--nproc",
+                 "PartitionConfig.seed": "--seed", "hidden_dim": "--hidden", "epochs": "--epochs"}
+        raise name_flags(err, names) from None
+    if args.nproc > args.nodes:
+        raise ConfigError(f"--nproc {args.nproc} is more parts than --nodes {args.nodes}")
+    return sbm
+
+
 def run(args: argparse.Namespace) -> int:
     if args.nproc < 1:
         raise ConfigError(f"--nproc must be >= 1, got {args.nproc}")
@@ -75,8 +95,9 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--out {out} is a file; expected a folder (created if missing)")
+    sbm = _check(args)  # every setting, before anything is generated or written
     out.mkdir(parents=True, exist_ok=True)
-    dataset = sbm_dataset(SBMConfig(num_nodes=args.nodes, num_classes=args.classes, seed=args.seed))
+    dataset = sbm_dataset(sbm)
     print(f"[1/3] generated {dataset.name}: {dataset.num_nodes:,} nodes, {dataset.graph.num_edges:,} edges, "
           f"{dataset.features.shape[1]} features, {dataset.num_classes} classes")
 

@@ -76,7 +76,7 @@ def register(subparsers) -> None:
         help="weights to balance, comma-separated, any of nodes, edges, train (default: nodes)",
     )
     p.add_argument(
-        "--fennel-start", choices=FENNEL_STARTS, default="auto",
+        "--fennel-start", choices=FENNEL_STARTS, default=None,
         help="fennel only: auto (default) runs the streaming and bisection starts, then the multilevel one only "
         "when the bisection cut fewer edges than the stream, and keeps the smallest cut (with --memory-budget: the "
         "stream); stream is plain Fennel (the fastest); multilevel (coarsen, start, refine "
@@ -84,12 +84,12 @@ def register(subparsers) -> None:
         "bisection",
     )
     p.add_argument(
-        "--fennel-order", choices=FENNEL_ORDER_CHOICES, default="auto",
+        "--fennel-order", choices=FENNEL_ORDER_CHOICES, default=None,
         help="fennel only: the order vertices are streamed in; auto (default) is BFS in memory and id order with "
         "--memory-budget (which reads the on-disk CSR sequentially)",
     )
     p.add_argument(
-        "--passes", type=int, default=FENNEL_PASSES, metavar="N",
+        "--passes", type=int, default=None, metavar="N",
         help=f"fennel only: streaming passes, the later ones re-placing each vertex knowing the previous pass's parts "
         f"(default {FENNEL_PASSES}; 1 = plain Fennel)",
     )
@@ -142,6 +142,13 @@ def _format(args: argparse.Namespace) -> str:
 
 
 def _config(args: argparse.Namespace) -> PartitionConfig:
+    fennel = {"--fennel-start": args.fennel_start, "--fennel-order": args.fennel_order, "--passes": args.passes}
+    given = [flag for flag, value in fennel.items() if value is not None]
+    if given and args.method != "fennel":  # ignored by every other method: a mistake, said before any work
+        raise ConfigError(f"{given[0]} applies only to --method fennel (this run is --method {args.method})")
+    args.fennel_start = args.fennel_start or "auto"
+    args.fennel_order = args.fennel_order or "auto"
+    args.passes = FENNEL_PASSES if args.passes is None else args.passes
     if args.method in EXTERNAL_METHODS:
         require(args.method)  # a missing optional package is said before a large input is read
     return PartitionConfig(

@@ -19,6 +19,8 @@ from haloflow.partition.planner.report import plan_report
 from haloflow.partition.planner.specs import load_table_specs, parse_bytes
 from haloflow.partition.planner.storage_reservations import FixedFractionReservation
 from haloflow.partition.planner.types import DEFAULT_SHARDING_TYPES, ShardingType, Topology
+from haloflow.utils.atomic import check_file_replaceable
+from haloflow.utils.owned import sharding_plan
 from haloflow.utils.help_format import HelpFormatter
 
 __all__ = ["register", "run"]
@@ -75,15 +77,17 @@ def register(subparsers) -> None:
                    help="allow 'cached' tables: a table in host memory with its hot rows in a device cache, sized "
                    "per table from its miss-ratio curve to what the memory budget leaves (the trainer builds the "
                    "caches the plan records)")
-    p.add_argument("--cache-curves", type=int, default=100, metavar="N",
+    p.add_argument("--cache-curves", type=int, default=None, metavar="N",
                    help="with --cached and a preprocessed --tables folder: simulate each table's cache on its first N "
                    "train batches of --batch-size (default 100); 0, or other table sources: estimate hit rates from "
                    "the id histogram (uniform ids without one)")
-    p.add_argument("--cache-policy", choices=("lru", "lfu"), default="lru",
+    p.add_argument("--cache-policy", choices=("lru", "lfu"), default=None,
                    help="the policy simulated for the curves (default lru, the trainer's default)")
     p.add_argument("--host-bandwidth", default="25GB", metavar="RATE",
                    help="bytes/s between host memory and the device for cached tables' misses (default 25GB)")
-    p.add_argument("--out", metavar="FILE", help="write the plan as JSON (temporary file, then rename)")
+    p.add_argument("--out", metavar="FILE", help="write the plan as JSON (temporary file, then rename); a file "
+                   "already there is replaced only if it is a plan (or with --overwrite)")
+    p.add_argument("--overwrite", action="store_true", help="replace an --out file that is not a haloflow plan")
     p.set_defaults(func=run)
 
 
@@ -103,8 +107,18 @@ def run(args: argparse.Namespace) -> int:
         reservation = FixedFractionReservation(fraction=args.reserve)
         if args.dim < 1:
             raise ConfigError(f"--dim must be >= 1, got {args.dim}")
+        for flag, value, most in (("--dim", args.dim, 2**31), ("--batch-size", args.batch_size, 2**40),
+                                  ("--world-size", args.world_size, 2**20)):  # past any machine, and numpy's int64
+            if value > most:
+                raise ConfigError(f"{flag} must be <= {most:,}, got {value:,}")
+        for flag, value in (("--cache-curves", args.cache_curves), ("--cache-policy", args.cache_policy)):
+            if value is not None and not args.cached:
+                raise ConfigError(f"{flag} applies only to cached tables: it needs --cached")
+        args.cache_curves = 100 if args.cache_curves is None else args.cache_curves
+        args.cache_policy = args.cache_policy or "lru"
         if args.cache_curves < 0:
             raise ConfigError(f"--cache-curves must be >= 0 batches, got {args.cache_curves}")
+        check_file_replaceable(args.out, args.overwrite, sharding_plan, "--out")
     except ConfigError as err:
         raise name_flags(err, _FLAGS) from None
     specs = load_table_specs(args.tables, dim=args.dim)

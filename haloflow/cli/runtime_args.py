@@ -132,6 +132,11 @@ def _report_failure(notes: Path, nproc: int, max_restarts: int, status: int) -> 
     if last is None:
         return status
     started, done, stopped, errors = (_notes(notes, w, last) for w in ("started", "done", "stopped", "error"))
+    failed = _notes(notes, "failed", last)
+    if failed:  # a run that failed (a NaN loss): every rank stopped at the same unit; its line, and exit 1
+        r = min(failed)
+        print(f"haloflow: error: {failed[r].read_text()}", file=sys.stderr)
+        return 1
     dead = sorted(set(started) - set(done) - set(stopped))
     try:
         report = json.loads((notes / "torchrun.json").read_text())

@@ -20,7 +20,8 @@ import numpy as np
 
 from haloflow.errors import ConfigError
 
-__all__ = ["CSRGraph", "GraphDataset", "ISOLATED_NODE_SLACK", "max_plausible_nodes", "check_node_count"]
+__all__ = ["CSRGraph", "GraphDataset", "ISOLATED_NODE_SLACK", "max_plausible_nodes", "check_node_count",
+           "check_disjoint_splits"]
 
 # E edges touch at most 2E nodes; readers accept this many more ids without edges (isolated nodes) before they
 # call a node count implausible. Large enough for any hand-made example, small enough that a stray id (a typo,
@@ -240,3 +241,19 @@ class GraphDataset:
             f"GraphDataset({self.name!r}, nodes={self.graph.num_nodes:,}, edges={self.graph.num_edges:,}, "
             f"features={f}, classes={self.num_classes})"
         )
+
+
+def check_disjoint_splits(masks: dict[str, np.ndarray | None], files: dict[str, object]) -> None:
+    """Refuse train / val / test masks that share a node: a model evaluated on nodes it trained on reports an
+    accuracy that means nothing. ``files``: where each mask came from (a path), for the message; the error names
+    the later file and the first shared node."""
+    from haloflow.errors import InputFormatError
+
+    names = [n for n in ("train_mask", "val_mask", "test_mask") if masks.get(n) is not None]
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            both = np.flatnonzero(np.asarray(masks[a]) & np.asarray(masks[b]))
+            if both.size:
+                raise InputFormatError(files[b], f"{both.size:,} node(s) of the {b.split('_')[0]} split are in the "
+                                       f"{a.split('_')[0]} split too (node {int(both[0])} first, also in "
+                                       f"{files[a]}): expected disjoint train, val and test splits")

@@ -25,7 +25,7 @@ import numpy as np
 
 from haloflow.data.binary_edges import NpyEdges, ParquetEdges
 from haloflow.data.edge_source import read_edges
-from haloflow.data.graph import GraphDataset
+from haloflow.data.graph import GraphDataset, check_disjoint_splits
 from haloflow.errors import ConfigError, InputFormatError
 from haloflow.utils.mapped import MappedNpy, NpyWriter
 
@@ -148,6 +148,7 @@ def read_graph_folder(path: str | os.PathLike, *, num_nodes: int | None = None) 
             arr = np.load(folder.nodes.maps[name].path, mmap_mode="r")
             data[name] = arr if arr.dtype == NODE_FILES[name] else arr.astype(NODE_FILES[name])
         folder.nodes.close()
+    check_disjoint_splits(data, {name: Path(path) / f"{name}.npy" for name in data})
     return GraphDataset(graph, name=folder.edges.name, **data)
 
 

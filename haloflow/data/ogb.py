@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from haloflow.data.graph import CSRGraph, GraphDataset, max_plausible_nodes
+from haloflow.data.graph import CSRGraph, GraphDataset, check_disjoint_splits, max_plausible_nodes
 from haloflow.data.textscan import open_decompressed, read_int_rows
 from haloflow.errors import ConfigError, InputFormatError
 
@@ -134,6 +134,8 @@ def _read_split(folder: Path, split: str | None, num_nodes: int) -> dict[str, np
         mask = np.zeros(num_nodes, dtype=bool)
         mask[ids] = True
         masks[attr] = mask
+    check_disjoint_splits(masks, {attr: folder / "split" / split / f"{stem}.csv.gz"
+                                  for attr, stem in _SPLIT_FILES.items()})
     return masks
 
 

@@ -151,8 +151,12 @@ def read_planetoid(folder: str | os.PathLike, name: str = "cora") -> GraphDatase
             files["allx"], f"{num_labelled} rows: the standard split needs len(y) + {_NUM_VAL} = "
             f"{y.shape[0] + _NUM_VAL} <= allx rows (validation nodes come after the training nodes)"
         )
+    # CiteSeer's test ids leave gaps (15 ids without a row, up to its graph's last node), so the ids may pass the
+    # rows by as many gaps as there are test ids, but one id far beyond would size every array by it
+    keys = [k for k in adjacency if isinstance(k, (int, np.integer))] if isinstance(adjacency, dict) else []
+    bound = max(num_labelled + tx.shape[0], int(max(keys, default=-1)) + 1) + tx.shape[0]
+    _check_test_ids(files["test.index"], test_ids, num_labelled, bound)
     num_nodes = max(num_labelled + tx.shape[0], int(test_ids.max(initial=-1)) + 1)
-    _check_test_ids(files["test.index"], test_ids, num_labelled)
     features = np.zeros((num_nodes, allx.shape[1]), dtype=np.float32)  # (N, F)
     features[:num_labelled] = allx
     features[test_ids] = tx  # tx row i belongs to node test_ids[i]
@@ -227,7 +231,11 @@ def _argmax_or_missing(onehot: np.ndarray) -> np.ndarray:
     return np.where(onehot.any(axis=1), onehot.argmax(axis=1), -1)
 
 
-def _check_test_ids(path: Path, ids: np.ndarray, num_labelled: int) -> None:
+def _check_test_ids(path: Path, ids: np.ndarray, num_labelled: int, bound: int) -> None:
+    if ids.size and int(ids.max()) >= bound:  # one bad id would size every array (and the graph) by it
+        row = int(np.argmax(ids))
+        raise InputFormatError(path, f"test id {int(ids[row])} is out of range: expected ids < {bound:,} (the rows of "
+                               "allx and tx, or the graph's nodes, plus a gap per test id)", line=row + 1)
     if ids.size and int(ids.min()) < num_labelled:
         row = int(np.argmin(ids))
         raise InputFormatError(

@@ -344,6 +344,10 @@ class TokenBlock:
 
 
 def _tokenize(path: str, block: bytes, first_line: int) -> TokenBlock:
+    nul = block.find(b"\x00")  # one memchr: a NUL would otherwise read as a separator (or a blank line)
+    if nul >= 0:
+        raise InputFormatError(path, "a NUL byte (\\x00): expected a text line (a binary or damaged file?)",
+                               line=first_line + block.count(b"\n", 0, nul))
     buf = np.frombuffer(block, dtype=np.uint8)  # (B,)
     content = np.zeros(buf.shape[0] + 2, dtype=bool)
     np.logical_not(_separators(buf), out=content[1:-1])

@@ -4,8 +4,8 @@
 
     CHECKPOINT_DIR/
       step-00000040/           training done through step (or epoch) 40
-        manifest.json          kind, step, the K that wrote it, the run's identity, a size and CRC-32 per file,
-                               and where each piece of a sharded table is
+        manifest.json          kind, step, the K that wrote it, the run's identity (and its digest: the run that
+                               owns the folder), a size and CRC-32 per file, and where each piece of a table is
         state.pt               what every rank holds alike (rank 0 writes it): weights, optimizer state, progress
         rows-rank0.pt          rank 0's rectangles of sharded tables: (table, rows a..b, columns c..d) + their
         rows-rank1.pt          optimizer state, so that any plan can cut its own shards out of them
@@ -16,7 +16,9 @@ Nothing in a checkpoint is rank k's array: replicated state is saved once, and s
 and global row, so the next run re-cuts them for its own plan or partition.
 
 Writing (``Checkpointer.save``): rank 0 makes the temporary folder; every rank writes its files and their
-checksums; rank 0 writes the manifest, renames the folder into place, and keeps only the newest ``keep``. A
+checksums; rank 0 writes the manifest, renames the folder into place, and keeps only the newest ``keep`` of its own.
+A run writes only into a folder whose ``step-N`` folders are all its own (by their manifests, not their names);
+another run's checkpoints, or a step folder without a manifest, are refused before anything is written. A
 crash at any point leaves the earlier checkpoints whole. A rank that cannot write (a full disk) stops every rank:
 after each step the ranks agree on whether one failed, and rank 0 removes the temporary folder.
 
@@ -32,7 +34,6 @@ step, in the first attempt only, so a restarted run gets past it.
 from __future__ import annotations
 
 import hashlib
-
 import json
 import logging
 import os
@@ -219,10 +220,14 @@ class Checkpointer:
         continues from where it died). Else ``resume``. A dir holding another run's checkpoints is refused."""
         cfg = self.config
         own = newest(cfg.dir) if cfg.dir is not None else None
+        same = cfg.resume is not None and cfg.dir is not None and cfg.dir.resolve() in (
+            cfg.resume.resolve(), cfg.resume.resolve().parent)
+        if cfg.dir is not None and not same:  # (resuming its own folder: load names the field that differs)
+            self._check_owned(cfg.dir)  # before anything is written or removed there
         if restart_count() > 0 and own is not None:
             return own
         if cfg.resume is not None:
-            chosen = cfg.resume if (cfg.resume / "manifest.json").is_file() else newest(cfg.resume)
+            chosen = cfg.resume if (cfg.resume / "manifest.json").is_file() else newest(cfg.resume, checked=True)
             if chosen is None:
                 raise CheckpointError(f"{cfg.resume}: holds no checkpoint (no manifest.json, no step-NNNNNNNN "
                                       "folder with one)")
@@ -231,6 +236,34 @@ class Checkpointer:
             raise CheckpointError(f"checkpoint dir {cfg.dir} already holds checkpoints (newest {own.name}); pass "
                                   f"--resume {cfg.dir} to continue that run, or choose an empty folder")
         return None
+
+    def _check_owned(self, root: Path) -> None:
+        """A run writes and rotates only in a folder whose ``step-N`` folders are all its own: each with a manifest
+        naming this run (its family and identity). A step folder without a manifest (someone's own folder, or a
+        copy cut short) or another run's checkpoints are refused with one line naming both runs; files of other
+        names are never touched."""
+        if not root.is_dir():
+            return
+        for step in sorted(p for p in root.iterdir() if _STEP_DIR.match(p.name)):
+            try:
+                manifest = _read_manifest(step)
+            except CheckpointError as err:
+                raise CheckpointError(f"checkpoint dir {root}: {step.name} is not a checkpoint of this run ({err}); "
+                                      "this run writes only into an empty folder or its own: choose another "
+                                      "--checkpoint-dir") from None
+            if not self.owns(manifest):
+                resumed = f", resuming {self.config.resume}" if self.config.resume is not None else ""
+                raise CheckpointError(f"checkpoint dir {root} holds another run's checkpoints ({_run_name(manifest)}, "
+                                      f"{step.name}); this run is {_run_name(self._manifest_run())}{resumed}: choose "
+                                      "an empty --checkpoint-dir")
+
+    def _manifest_run(self) -> dict:
+        return {"kind": self.kind, "run": _run_record(self.kind, self.identity)}
+
+    def owns(self, manifest: dict) -> bool:
+        """Was the checkpoint of ``manifest`` written by this run (the same family and identity)?"""
+        return (manifest.get("kind") == self.kind
+                and _flat(manifest.get("identity") or {}) == _flat(self.identity))
 
     def resume(self, total: int, unit: str, flag: str, restore: Callable[[LoadedCheckpoint], T]) -> T | None:
         """Load the checkpoint to start from and hand it to ``restore`` (which puts its state in place and returns
@@ -349,16 +382,23 @@ class Checkpointer:
             all_files.update(got["files"])
             all_pieces += got["pieces"]
             part.unlink()
-        manifest = {"format": FORMAT, "kind": self.kind, "step": done, "world_size": lay.world_size,
-                    "identity": self.identity, "files": all_files, "pieces": all_pieces}
+        manifest = {"format": FORMAT, "kind": self.kind, "run": _run_record(self.kind, self.identity), "step": done,
+                    "world_size": lay.world_size, "identity": self.identity, "files": all_files, "pieces": all_pieces}
         atomic_write_text(tmp / "manifest.json", json.dumps(manifest, indent=1))
-        if final.exists():  # the same step saved again (a resumed run passing it): the new one wins
+        if final.exists():  # the same step saved again (a resumed run passing it): the new one wins, if it is ours
+            self._check_owned(root)  # again: a folder may have appeared there while the run trained
             shutil.rmtree(final)
         os.replace(tmp, final)
         self.published = final
-        ours = sorted(p for p in root.iterdir() if _STEP_DIR.match(p.name) and (p / "manifest.json").is_file())
-        for old in ours[:-self.config.keep]:  # only checkpoints: a folder of another name or without a manifest stays
+        ours = sorted(p for p in root.iterdir() if _STEP_DIR.match(p.name) and self._is_ours(p))
+        for old in ours[:-self.config.keep]:  # only this run's checkpoints: any other folder stays
             shutil.rmtree(old, ignore_errors=True)
+
+    def _is_ours(self, step: Path) -> bool:
+        try:
+            return self.owns(_read_manifest(step))
+        except CheckpointError:
+            return False
 
     def _agree(self, error: Exception | None, tmp: Path, what: str) -> None:
         """Where every rank learns whether any rank failed (a barrier that carries one number: the lowest failed
@@ -419,7 +459,7 @@ def open_checkpoint(path: str | os.PathLike) -> LoadedCheckpoint:
     (sizes, CRC-32) and read without running code from them; the rows files are checked when first read."""
     path = Path(path)
     if not (path / "manifest.json").is_file():
-        found = newest(path)
+        found = newest(path, checked=True)
         if found is None:
             raise CheckpointError(f"{path}: holds no checkpoint (no manifest.json, no step-NNNNNNNN folder with one)")
         path = found
@@ -438,12 +478,33 @@ def _flat(identity: dict, prefix: str = "") -> dict:
     return out
 
 
-def newest(root: Path) -> Path | None:
-    """The checkpoint folder with the highest step under ``root`` (None when there is none)."""
+def newest(root: Path, *, checked: bool = False) -> Path | None:
+    """The checkpoint folder with the highest step under ``root`` (None when there is none).
+
+    ``checked``: a step folder without a manifest above the newest one with one is an error, not skipped: resuming
+    from the older one would quietly lose the units between them."""
     if not root.is_dir():
         return None
-    steps = sorted(p for p in root.iterdir() if _STEP_DIR.match(p.name) and (p / "manifest.json").is_file())
-    return steps[-1] if steps else None
+    steps = sorted(p for p in root.iterdir() if _STEP_DIR.match(p.name))
+    whole = [p for p in steps if (p / "manifest.json").is_file()]
+    if checked and steps and (not whole or steps[-1] != whole[-1]):
+        older = f"; resume from {whole[-1]} itself to go on from there" if whole else ""
+        raise CheckpointError(f"{steps[-1]}: no manifest.json (damaged, or a copy cut short), and it is newer than "
+                              f"every whole checkpoint in {root}{older}")
+    return whole[-1] if whole else None
+
+
+def _run_record(kind: str, identity: dict) -> dict:
+    """What a manifest says about the run that wrote it: its family and a digest of its identity (model, data,
+    optimizer), so that two runs' folders can be told apart at a glance."""
+    text = json.dumps(identity, sort_keys=True, default=str)
+    return {"family": kind, "digest": hashlib.sha256(text.encode()).hexdigest()[:16]}
+
+
+def _run_name(manifest: dict) -> str:
+    run = manifest.get("run") if isinstance(manifest.get("run"), dict) else {}
+    digest = run.get("digest") or _run_record(str(manifest.get("kind")), manifest.get("identity") or {})["digest"]
+    return f"a {manifest.get('kind')} run, config digest {digest}"
 
 
 def _naming(err: Exception, final: Path) -> Exception:

@@ -19,12 +19,26 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from haloflow.errors import ConfigError
+from haloflow.utils.atomic import check_file_replaceable
 from haloflow.utils.config_flags import hidden, nested, option
+from haloflow.utils.owned import jsonl_log
 
-__all__ = ["DEVICES", "SCHEDULES", "expect_parts", "expect_hosts", "CheckpointConfig", "RuntimeConfig", "GradSyncConfig"]
+__all__ = ["DEVICES", "SCHEDULES", "MAX_UNITS", "check_units", "expect_parts", "expect_hosts", "CheckpointConfig",
+           "RuntimeConfig", "GradSyncConfig"]
 
 DEVICES = ("auto", "cpu", "cuda")
 SCHEDULES = ("overlap", "wait_first")  # the exchange overlapped with compute, or the control that waits first
+
+
+# More epochs, steps or batches than any run could finish (a billion units of even a millisecond each is 12 days):
+# a typo (--epochs 100000000000000000000), refused before any work instead of a run that never ends.
+MAX_UNITS = 10**9
+
+
+def check_units(value: int | None, name: str) -> None:
+    """Refuse a count of units past ``MAX_UNITS`` (``name``: the config field, which the CLI maps to its flag)."""
+    if value is not None and value > MAX_UNITS:
+        raise ConfigError(f"{name} must be <= {MAX_UNITS:,} (more than a run could finish), got {value:,}", field=name)
 
 
 def expect_parts(parts: int, world_size: int, source: str) -> None:
@@ -114,6 +128,11 @@ class RuntimeConfig:
             run is the same bit for bit whatever else runs beside it, and at any OMP_NUM_THREADS. Fixed threads
             leave MKL its fastest split (up to ~10% faster on small-output products; the numbers then differ from
             the default run's in the last bits).
+        allow_nonfinite: a loss that is NaN or infinite stops the run at that unit (``RunFailed``: exit 1), naming
+            the unit, the loss and the last good checkpoint; True: train on (``--allow-nonfinite``).
+        overwrite: an output file that is already there is replaced only when haloflow wrote it (a JSON log whose
+            lines are our records, a model file of ours); True replaces any regular file. Links, FIFOs and
+            devices are written through either way.
     """
 
     device: str = option("auto", choices=DEVICES, means="CUDA when present",
@@ -131,6 +150,10 @@ class RuntimeConfig:
     checkpoint: CheckpointConfig = nested(CheckpointConfig, "checkpoints and recovery")
     adapt_threads: bool = option(True, "--fixed-threads", negate=True,
                                  help="keep the thread count fixed, also while other processes keep the cores busy")
+    allow_nonfinite: bool = option(False, help="keep training after a loss that is NaN or infinite (default: the "
+                                   "run stops at that unit with exit status 1)")
+    overwrite: bool = option(False, help="replace output files (--log-jsonl, --save) that are already there and "
+                             "were not written by haloflow (default: refused; haloflow's own are replaced)")
 
     def __post_init__(self) -> None:
         if self.device not in DEVICES:
@@ -144,6 +167,7 @@ class RuntimeConfig:
             object.__setattr__(self, "log_jsonl", path)
             if path.is_dir():  # found now, not after training
                 raise ConfigError(f"log_jsonl {path} is a folder; expected a file name to write", field="log_jsonl")
+            check_file_replaceable(path, self.overwrite, jsonl_log, "--log-jsonl")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -15,6 +15,7 @@ else, once for every family::
           rt.between_units()          fewer threads while other processes hold the cores (--fixed-threads: not)
           metrics log <- m.record()   a JSON line when the family has one for this unit (+ attempt, units done)
           progress    <- m.progress() the bar or a printed line (rank 0)
+          a NaN / inf loss            RunFailed (exit 1), naming the unit and the last checkpoint
           ckpt.due -> ckpt.save(family.export() + the RNG)
       family.finish()                 in-flight work, final files of its own (e.g. --save)
       final = family.evaluate(run)    the family's final metrics (collective), throughput in its own terms
@@ -28,6 +29,7 @@ file that implements ``Family`` and one line in ``engine/families.py``.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +39,7 @@ import torch
 
 from haloflow.engine.checkpoint import LoadedCheckpoint, Piece, restart_count
 from haloflow.engine.runtime import Runtime, RuntimeConfig, TrainResult, synchronize
+from haloflow.errors import ConfigError, RunFailed
 
 __all__ = ["Family", "UnitMetrics", "Exported", "RunInfo", "SUMMARY_KEYS", "run", "Interrupted"]
 
@@ -154,7 +157,7 @@ def run(family: Family, runtime: RuntimeConfig) -> TrainResult:
         DistributedError: a peer died or timed out.
     """
     with Runtime.start(runtime, join=family.join) as rt:
-        family.setup(rt)
+        _setup(family, rt)
         total = family.total_units()
         ckpt = rt.checkpointer(family.kind, family.identity())
         done = ckpt.resume(total, family.unit, family.more_flag, lambda loaded: _restore(family, loaded)) or 0
@@ -185,6 +188,19 @@ class Interrupted(KeyboardInterrupt):
         self.unit, self.at, self.checkpoint = unit, at, checkpoint
 
 
+def _setup(family: Family, rt: Runtime) -> None:
+    """``family.setup``, with a model or data larger than this machine's memory (``--memory-dim 100000000``) said in
+    one line, not a traceback from the allocator."""
+    try:
+        family.setup(rt)
+    except (MemoryError, torch.OutOfMemoryError, RuntimeError) as err:
+        text = str(err).splitlines()[0] if str(err) else type(err).__name__
+        if not isinstance(err, MemoryError) and "allocate" not in text and not isinstance(err, torch.OutOfMemoryError):
+            raise
+        raise ConfigError(f"{family.kind}: the model and data do not fit in this machine's memory ({text[:160]}); "
+                          "choose smaller sizes (dims, hidden width, tables)") from None
+
+
 def _restore(family: Family, loaded: LoadedCheckpoint) -> int:
     family.restore(loaded)
     torch.set_rng_state(loaded.state["rng"])
@@ -207,7 +223,9 @@ def _loop(family: Family, rt: Runtime, ckpt, done: int, total: int, attempt: int
             record = metrics.record()
             if record is not None:  # which attempt wrote it, and the units done then (a restart keeps those
                 rt.metrics.write({**record, "attempt": attempt, "units_done": index + 1})  # its checkpoint holds)
-            reporter.update(metrics.progress())
+            shown = metrics.progress()
+            reporter.update(shown)
+            _check_finite(family, rt, index + 1, shown.get("loss"), ckpt.published or last)
             if ckpt.due(index + 1, total):
                 exported = family.export()
                 last = ckpt.save(index + 1, {**exported.state, "rng": torch.get_rng_state()}, exported.pieces)
@@ -217,6 +235,17 @@ def _loop(family: Family, rt: Runtime, ckpt, done: int, total: int, attempt: int
         reporter.close()
     synchronize(lay.device)  # the clock reads the device's finished work
     return time.perf_counter() - t0
+
+
+def _check_finite(family: Family, rt: Runtime, at: int, loss: float | None, checkpoint: Path | None) -> None:
+    """Stop the run at the first unit whose loss is NaN or infinite (the loss a unit reports is global, so every
+    rank stops at the same unit), unless ``--allow-nonfinite``: weights past it are garbage, and a run that goes
+    on would end with exit 0 and a NaN model."""
+    if loss is None or math.isfinite(loss) or rt.config.allow_nonfinite:
+        return
+    where = f"the last good checkpoint is {checkpoint}" if checkpoint is not None else "no checkpoint was written"
+    raise RunFailed(f"{family.kind}: the loss at {family.unit} {at} is {loss} (not a finite number); the run "
+                    f"stopped there and {where} (a smaller --lr, or --allow-nonfinite to train on)")
 
 
 def _summary(family: Family, info: RunInfo, metrics: dict[str, float]) -> dict:

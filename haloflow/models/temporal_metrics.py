@@ -24,7 +24,7 @@ import numpy as np
 
 from haloflow.data.temporal import TemporalEvents
 from haloflow.data.temporal_sampler import NegativeSampler
-from haloflow.errors import ConfigError
+from haloflow.errors import ConfigError, RunFailed
 
 __all__ = ["average_precision", "roc_auc", "mean_reciprocal_rank", "EdgeBank", "LinkMetrics"]
 
@@ -35,7 +35,8 @@ def _scores(pos: np.ndarray, neg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     if pos.size == 0 or neg.size == 0:
         raise ConfigError(f"need at least one positive and one negative score, got {pos.size} and {neg.size}")
     if np.isnan(pos).any() or np.isnan(neg).any():
-        raise ConfigError("scores contain NaN")
+        raise RunFailed("the model's scores are NaN (its weights are no longer finite numbers: a smaller --lr); "
+                        "no metric can be computed")
     return pos, neg
 
 

@@ -50,6 +50,8 @@ _EXTERNAL = {"kahip": kahip_partition, "mtkahypar": mtkahypar_partition, "kaminp
 FENNEL_ORDER_CHOICES = ("auto", "bfs", "natural")
 
 
+MAX_SEED = 2**31 - 1  # the partitioners' C libraries take a 32-bit int
+
 @dataclass(frozen=True, kw_only=True)
 class PartitionConfig:
     """How to partition.
@@ -114,8 +116,9 @@ class PartitionConfig:
         if not (self.imbalance >= 1.0 and math.isfinite(self.imbalance)):
             raise ConfigError(f"PartitionConfig.imbalance must be a finite number >= 1.0 (largest part / mean part), "
                               f"got {self.imbalance}")
-        if not isinstance(self.seed, (int, np.integer)) or self.seed < 0:
-            raise ConfigError(f"PartitionConfig.seed must be an integer >= 0, got {self.seed!r}")
+        if not isinstance(self.seed, (int, np.integer)) or not 0 <= self.seed <= MAX_SEED:
+            raise ConfigError(f"PartitionConfig.seed must be an integer in [0, {MAX_SEED}] (METIS and KaHIP take a "
+                              f"32-bit seed), got {self.seed!r}")
         if not isinstance(self.chunk_size, (int, np.integer)) or self.chunk_size < 1:
             raise ConfigError(f"PartitionConfig.chunk_size must be an integer >= 1, got {self.chunk_size!r}")
         if self.fennel_order not in FENNEL_ORDER_CHOICES:

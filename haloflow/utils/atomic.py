@@ -43,6 +43,7 @@ from typing import IO
 from haloflow.errors import ConfigError, HaloflowError, OutputError, OutputExistsError
 
 __all__ = ["atomic_directory", "atomic_output", "atomic_write_text", "check_absent", "check_replaceable",
+           "check_file_replaceable", "owned_suffix", "remove_stale",
            "open_stream", "full_disk_error", "reporting_full_disk"]
 
 log = logging.getLogger(__name__)
@@ -176,6 +177,77 @@ def check_replaceable(target: str | os.PathLike, overwrite: bool, ours: Callable
                           "is missing or another program's); choose another --out")
 
 
+def check_file_replaceable(path: str | os.PathLike | None, overwrite: bool, ours: Callable[[Path], bool],
+                           flag: str) -> None:
+    """Raise unless a file output may replace what is at ``path``: nothing, an empty file, a regular file that
+    ``ours`` recognises as haloflow's (``utils/owned.py``), or anything with ``overwrite``. A link, a FIFO or a
+    device is not checked here: it is written through as before (module docstring). Call it before the work.
+
+    Raises:
+        OutputExistsError: a regular file is there that haloflow did not write, and ``overwrite`` is False.
+    """
+    if path is None or overwrite:
+        return
+    path = Path(path)
+    try:
+        st = os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    if not stat.S_ISREG(st.st_mode) or st.st_size == 0:
+        return
+    try:
+        mine = ours(path)
+    except OSError:  # unreadable: not known to be ours
+        mine = False
+    if not mine:
+        raise OutputExistsError(f"{flag} {path}: a file is already there that haloflow did not write; pass "
+                                "--overwrite to replace it, or choose another path")
+
+
+# ------------------------------------------------------------------------------------------------ leftovers
+def owned_suffix() -> str:
+    """``<pid>-<random>``: the end of a temporary's name, so that a later run can tell whose it is."""
+    return f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: alive
+        return True
+    try:  # a process killed but not yet reaped by its parent (a zombie) is gone too
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def remove_stale(parent: Path, prefix: str) -> list[Path]:
+    """Remove ``parent/<prefix><pid>-<random>`` entries whose process is gone (a run killed with SIGKILL, or a
+    machine that lost power, cannot clean up after itself), and say so. Entries of a running process stay, and so
+    does anything whose name does not carry a pid."""
+    removed = []
+    try:
+        entries = list(parent.iterdir())
+    except OSError:
+        return removed
+    for entry in entries:
+        if not entry.name.startswith(prefix):
+            continue
+        pid = entry.name[len(prefix):].split("-", 1)[0]
+        if not pid.isdigit() or int(pid) == os.getpid() or _alive(int(pid)):
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
+        log.warning("removed %s, left by an earlier run that was killed (pid %s)", entry, pid)
+        removed.append(entry)
+    return removed
+
+
 # ------------------------------------------------------------------------------------------------ writing
 @contextmanager
 def atomic_directory(target: str | os.PathLike, *, overwrite: bool = False,
@@ -198,9 +270,11 @@ def atomic_directory(target: str | os.PathLike, *, overwrite: bool = False,
     target = Path(target)
     check_replaceable(target, overwrite, ours, what)
     real = _folder_target(target)
-    tmp = real.parent / f".{real.name}.tmp-{uuid.uuid4().hex[:8]}"
+    tmp = real.parent / f".{real.name}.tmp-{owned_suffix()}"
     with reporting_full_disk(target, real.parent):
         real.parent.mkdir(parents=True, exist_ok=True)
+        for kind in ("tmp", "old"):  # a killed run's half-written or half-replaced folder
+            remove_stale(real.parent, f".{real.name}.{kind}-")
         tmp.mkdir()
     try:
         yield tmp
@@ -220,7 +294,7 @@ def _rename_into_place(tmp: Path, target: Path, real: Path, overwrite: bool, our
         os.replace(tmp, real)
         return
     check_replaceable(target, overwrite, ours, what)  # again: it may have appeared while we were writing
-    old = real.parent / f".{real.name}.old-{tmp.name.rsplit('-', 1)[1]}"
+    old = real.parent / f".{real.name}.old-{tmp.name.split('.tmp-', 1)[1]}"
     os.replace(real, old)
     os.replace(tmp, real)
     shutil.rmtree(old, ignore_errors=True)
@@ -245,7 +319,8 @@ def atomic_output(path: str | os.PathLike, mode: str = "w") -> Iterator[IO]:
         with reporting_full_disk(path), open(path, mode) as f:
             yield f
         return
-    tmp = real.with_name(f".{real.name}.tmp-{uuid.uuid4().hex[:8]}")
+    tmp = real.with_name(f".{real.name}.tmp-{owned_suffix()}")
+    remove_stale(real.parent, f".{real.name}.tmp-")
     try:
         with reporting_full_disk(path, real.parent):
             real.parent.mkdir(parents=True, exist_ok=True)

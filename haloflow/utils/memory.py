@@ -86,6 +86,9 @@ _UNITS = {"": 1, "b": 1, "k": 1 << 10, "kib": 1 << 10, "kb": 10**3, "m": 1 << 20
           "g": 1 << 30, "gib": 1 << 30, "gb": 10**9, "t": 1 << 40, "tib": 1 << 40, "tb": 10**12}
 
 
+_MAX_BYTES = 2**63 - 1
+
+
 def parse_bytes(text: str | int) -> int:
     """``"2GiB"`` -> 2147483648. Binary units (``K``, ``KiB``, ``M``, ``MiB``, ``G``, ``GiB``, ``T``, ``TiB``),
     decimal ones (``KB``, ``MB``, ``GB``, ``TB``), or plain bytes; case and a space before the unit do not matter.
@@ -107,4 +110,6 @@ def parse_bytes(text: str | int) -> int:
             value = float("nan")
     if unit not in _UNITS or not value >= 0 or value == float("inf"):
         raise ValueError(f"expected a size such as 2GiB, 512MiB or 3000000000 (bytes), got {text!r}")
+    if value * _UNITS[unit] > _MAX_BYTES:  # past a 64-bit size: no machine has it, and numpy cannot hold it
+        raise ValueError(f"{text!r} is more bytes than a 64-bit size holds (at most 8EiB)")
     return int(value * _UNITS[unit])

@@ -23,7 +23,7 @@ BAD = {
     "gcn": [(["--hidden", "0"], "--hidden: hidden_dim must be >= 1, got 0"),
             (["--halo-keep", "2"], "--halo-keep: halo_keep must be in (0, 1], got 2.0"),
             (["--bucket-bytes", "0"], "--bucket-bytes: bucket_bytes must be > 0, got 0"),
-            (["--staleness", "1", "--checkpoint-dir", "{tmp}/c"], "--staleness: staleness 1 carries"),
+            (["--staleness", "1"], "--staleness applies only to --partitions"),
             (["--checkpoint-every", "-1"], "--checkpoint-every: checkpoint every must be >= 0, got -1")],
     "dlrm": [(["--cache-ratio", "2"], "--cache-ratio: cache_ratio must be in (0, 1], got 2.0"),
              (["--log-every", "-1"], "--log-every: log_every must be >= 0, got -1"),

@@ -160,7 +160,7 @@ def test_a_checkpoint_on_a_full_disk_stops_both_ranks(inputs, small_tmpfs):
 # ----------------------------------------------------------------------------- item 6: the log is a stream
 def test_a_killed_run_keeps_the_lines_it_logged_and_a_new_run_truncates(inputs, tmp_path):
     log = tmp_path / "log.jsonl"
-    log.write_text('{"an": "old run"}\n' * 5)
+    log.write_text('{"kind": "epoch", "epoch": 9}\n' * 5)  # an old run's log: ours, so replaced
     proc = _haloflow(_gcn(inputs, "--epochs", 5, "--fail-at", 3, "--log-jsonl", log))
     assert proc.returncode == -9, proc.stderr[-2000:]  # SIGKILL at epoch 3: nothing ran after the two epochs
     assert [json.loads(x)["epoch"] for x in log.read_text().splitlines()] == [0, 1]

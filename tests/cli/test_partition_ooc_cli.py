@@ -78,7 +78,8 @@ def test_flag_errors(tmp_path, cli_fails):
     cli_fails(base + ["--method", "fennel", "--fennel-start", "bisect", "--memory-budget", "4GiB"],
               "--fennel-start='bisect' needs the whole graph in memory")
     cli_fails(base + ["--tmp-dir", tmp_path], "--tmp-dir is where --memory-budget puts its temporary files")
-    cli_fails(base + ["--passes", "0"], "--passes must be an integer in 1..1000, got 0")
+    cli_fails(base + ["--method", "fennel", "--passes", "0"], "--passes must be an integer in 1..1000, got 0")
+    cli_fails(base + ["--passes", "2"], "--passes applies only to --method fennel (this run is --method metis)")
     (tmp_path / "g.mtx").write_text("%%MatrixMarket matrix coordinate pattern general\n2 2 1\n1 2\n")
     cli_fails(["partition", tmp_path / "g.mtx", "--parts", "2", "--method", "fennel", "--memory-budget", "4GiB",
                "--out", tmp_path / "out"], "format 'mtx' is read whole, not in chunks")

@@ -47,7 +47,7 @@ def test_a_run_does_not_write_over_another_runs_checkpoints(tmp_path):
 
 @pytest.mark.parametrize("damage, message", [
     ("flip", "CRC-32"), ("truncate", "bytes, the manifest says"), ("delete", "missing"),
-    ("manifest", "unreadable"), ("no_manifest", "holds no checkpoint"),
+    ("manifest", "unreadable"), ("no_manifest", "no manifest.json"),
 ])
 def test_a_damaged_checkpoint_is_an_error_naming_the_file(tmp_path, damage, message):
     path = _writer(tmp_path).save(1, _state(1))

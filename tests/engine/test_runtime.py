@@ -22,6 +22,7 @@ from haloflow.engine.runtime import (
     init_from_env,
     resolve_device,
 )
+from haloflow.errors import OutputExistsError
 from haloflow.errors import ConfigError
 from haloflow.partition.api import PartitionConfig
 from haloflow.partition.pipeline import partition_dataset
@@ -82,12 +83,21 @@ def test_metrics_are_json_lines_streamed_from_the_first_record_and_nan_is_null(t
 
 def test_a_new_run_truncates_an_old_log_and_a_failed_run_keeps_its_lines(tmp_path):
     path = tmp_path / "m.jsonl"
-    path.write_text('{"an": "old run"}\n' * 3)
+    path.write_text('{"kind": "epoch", "epoch": 7}\n' * 3)  # an old run's log (ours: replaced)
     with pytest.raises(RuntimeError, match="boom"):
         with Runtime.start(RuntimeConfig(device="cpu", progress=False, log_jsonl=path), join=False) as rt:
             rt.metrics.write({"epoch": 0})
             raise RuntimeError("boom")
     assert [json.loads(x) for x in path.read_text().splitlines()] == [{"epoch": 0}]
+
+
+def test_a_log_path_holding_someone_elses_file_is_refused_unless_overwrite(tmp_path):
+    path = tmp_path / "m.jsonl"
+    path.write_text('{"an": "old run of something else"}\n')
+    with pytest.raises(OutputExistsError, match="--log-jsonl .*did not write"):
+        RuntimeConfig(device="cpu", log_jsonl=path)
+    assert path.read_text() == '{"an": "old run of something else"}\n'
+    RuntimeConfig(device="cpu", log_jsonl=path, overwrite=True)  # with --overwrite: accepted
 
 
 def test_a_fifo_log_is_written_through(tmp_path):

@@ -1,7 +1,17 @@
 """Print how many inputs the sweep tried per reader and command (and how many were read or refused) at the end
 of the run, and keep them in pytest's cache (``.pytest_cache``, key ``haloflow/sweep_counts``)."""
 
+import pytest
+
 from tests.sweep.mutate import COUNTS, OUTCOMES
+
+
+@pytest.fixture(scope="session")
+def case_inputs(tmp_path_factory):
+    """The inputs the table-driven cases (``cases.py``) start from, built once."""
+    from tests.sweep.cases import build_inputs
+
+    return build_inputs(tmp_path_factory.mktemp("issue37_inputs"))
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):

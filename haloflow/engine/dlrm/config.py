@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from haloflow.data.paths import check_output_parent
-from haloflow.engine.run_config import RuntimeConfig
+from haloflow.engine.run_config import RuntimeConfig, check_units
 from haloflow.errors import ConfigError
 from haloflow.utils.config_flags import follows, nested, option
 
@@ -110,6 +110,8 @@ class DLRMTrainConfig:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}", field=name)
         if self.synthetic_val < 0:
             raise ConfigError(f"synthetic_val must be >= 0, got {self.synthetic_val}", field="synthetic_val")
+        for name in ("epochs", "max_steps"):
+            check_units(getattr(self, name), name)
         if self.max_steps is not None and self.max_steps < 1:
             raise ConfigError(f"max_steps must be >= 1 or None, got {self.max_steps}", field="max_steps")
         if self.max_eval_batches is not None and self.max_eval_batches < 1:  # 0 would end in a NaN AUC

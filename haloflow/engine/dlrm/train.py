@@ -20,6 +20,7 @@ the Criteo Kaggle DLRM (FACTS.md): SGD lr 0.1, batch 128, D = 16, bottom 512-256
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -93,11 +94,35 @@ class DLRMTrainResult(TrainResult):
         window = self.losses[-100:]
         rows = [["steps", self.steps], ["samples / s", self.samples_per_s],
                 ["train loss (last 100 steps)", sum(window) / max(len(window), 1)],
-                ["val logloss", self.val_logloss], ["val AUC", self.val_auc],
+                ["val logloss", _shown(self.val_logloss)], ["val AUC", _shown(self.val_auc, self.val_logloss)],
                 ["bytes sent / step / rank", int(self.comm_bytes_per_step)],
                 *([["cache hit rate", self.cache["cache_hit_rate"]]] if self.cache else []),
                 *([["resumed after step", self.resumed_at]] if self.resumed_at else [])]
         return self.format_summary(f"DLRM, {self.steps} steps", rows, steps=self.steps - self.resumed_at)
+
+
+def _check_batches(cfg: DLRMTrainConfig, data: "_Data", k: int) -> None:
+    """Every rank needs a row of every batch (each trains its slice): a batch, or a split's last partial batch,
+    smaller than the K ranks is refused before any work."""
+    if cfg.batch_size < k:
+        raise ConfigError(f"batch_size {cfg.batch_size} is smaller than the {k} ranks: each rank trains a slice of "
+                          f"every batch; give --batch-size >= {k}", field="batch_size")
+    for split in ("train", "val"):
+        rows = data.num_rows(split)
+        if 0 < rows % cfg.batch_size < k:
+            raise ConfigError(f"the {split} split's last batch holds {rows % cfg.batch_size} rows ({rows} rows, "
+                              f"batches of {cfg.batch_size}), fewer than the {k} ranks; choose a --batch-size that "
+                              "leaves none or at least K", field="batch_size")
+
+
+def _shown(metric: float | None, logloss: float | None = None) -> float | str:
+    """A validation metric as the summary shows it, never NaN: no validation rows (a NaN log-loss) measured
+    nothing; an AUC of rows of one class is undefined."""
+    if metric is not None and not math.isnan(metric):
+        return metric
+    if logloss is not None and not math.isnan(logloss):
+        return "undefined (the val rows are of one class)"
+    return "skipped (no validation rows)"
 
 
 def auc_rank_sum(scores: torch.Tensor, labels: torch.Tensor) -> float:
@@ -142,6 +167,11 @@ class _Data:
             if self.loaders["train"].num_rows == 0:
                 raise ConfigError(f"{config.data}: the train split has no rows: nothing to train on", field="data")
             self.num_dense = self.loaders["train"].num_dense
+
+    def num_rows(self, split: str) -> int:
+        if self.config.synthetic:
+            return self.config.synthetic_train if split == "train" else self.config.synthetic_val
+        return self.loaders[split].num_rows
 
     def num_batches(self, split: str) -> int:
         B = self.config.batch_size
@@ -287,6 +317,7 @@ class DLRMFamily:
     def setup(self, rt: Runtime) -> None:
         cfg = self.config
         self.rt, self.data, self.dtype = rt, _Data(cfg), getattr(torch, cfg.dtype)
+        _check_batches(cfg, self.data, rt.layout.world_size)
         self.per_epoch = self.data.num_batches("train")
         self.total = self.per_epoch * cfg.epochs if cfg.max_steps is None else min(self.per_epoch * cfg.epochs,
                                                                                    cfg.max_steps)
@@ -363,6 +394,8 @@ class DLRMFamily:
 
     def evaluate(self, run: RunInfo) -> dict[str, float]:
         val_logloss, val_auc = _evaluate(self.net, self.data, self.rt.layout, self.config, self.workers)
+        if math.isnan(val_auc) and self.rt.layout.is_main and self.data.num_batches("val") == 0:
+            log.warning("validation skipped: the val split has no rows (the summary's val metrics are null)")
         return {"val_logloss": val_logloss, "val_auc": val_auc, "samples_per_s": self._samples_per_s(run),
                 "comm_bytes_per_step": self.comm / max(run.trained, 1), **_cache_record(self.net.embeddings)}
 

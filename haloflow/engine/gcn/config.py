@@ -8,10 +8,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from haloflow.data.paths import check_output_parent
-from haloflow.engine.run_config import SCHEDULES, GradSyncConfig, RuntimeConfig
+from haloflow.engine.run_config import SCHEDULES, GradSyncConfig, RuntimeConfig, check_units
 from haloflow.errors import ConfigError
 from haloflow.models.config import CONVS, DEFAULT_KERNEL, KERNELS, MAX_LAYERS, GCNConfig
+from haloflow.utils.atomic import check_file_replaceable
 from haloflow.utils.config_flags import hidden, nested, option
+from haloflow.utils.owned import torch_model
 
 __all__ = ["GCNTrainConfig", "HaloConfig", "OPTIMIZERS"]
 
@@ -101,6 +103,24 @@ class GCNTrainConfig:
     runtime: RuntimeConfig = nested(RuntimeConfig, "running")
     save: str | None = option(None, metavar="FILE", help="save the final model state (rank 0)")
 
+    def _check_applies(self) -> None:
+        """A flag that does nothing for this input is a mistake, said with the flag that makes it apply."""
+        if self.partitions is not None:  # the partition folder fixed the graph already
+            if not self.symmetrize:
+                raise ConfigError("--directed applies only to --dataset (a partition folder's graph is fixed when "
+                                  "it is partitioned: `haloflow partition --no-symmetrize`)", field="symmetrize")
+            given = [name for name, value in self.reader_options if value is not None]
+            if given:
+                raise ConfigError(f"--{given[0].replace('_', '-')} applies only to --dataset (a partition folder "
+                                  "was read when it was partitioned)", field="reader_options")
+        if self.dataset is not None:  # one process: no halos to be stale or sampled
+            if self.halo.staleness:
+                raise ConfigError("--staleness applies only to --partitions (halos between parts); --dataset trains "
+                                  "one process with no halos", field="halo")
+            if self.halo.halo_keep < 1.0:
+                raise ConfigError("--halo-keep applies only to --partitions (halos between parts); --dataset trains "
+                                  "one process with no halos", field="halo")
+
     def __post_init__(self) -> None:
         if (self.dataset is None) == (self.partitions is None):
             raise ConfigError("give exactly one input: a dataset path (single process) or a partitions folder",
@@ -108,6 +128,8 @@ class GCNTrainConfig:
         for name in ("epochs", "hidden_dim", "num_layers"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}", field=name)
+        check_units(self.epochs, "epochs")
+        self._check_applies()
         if self.num_layers > MAX_LAYERS:
             raise ConfigError(f"num_layers must be <= {MAX_LAYERS:,}, got {self.num_layers:,}", field="num_layers")
         if not (self.lr > 0 and math.isfinite(self.lr)):
@@ -124,6 +146,7 @@ class GCNTrainConfig:
         if self.save is not None and Path(self.save).is_dir():
             raise ConfigError(f"save {self.save} is a folder; expected a file name to write", field="save")
         check_output_parent(self.save, "--save")  # checked now: the file is written after training
+        check_file_replaceable(self.save, self.runtime.overwrite, torch_model, "--save")
         if self.save is not None and self.runtime.log_jsonl is not None and (
                 Path(self.save).resolve() == Path(self.runtime.log_jsonl).resolve()):
             raise ConfigError(f"save and log_jsonl (--save, --log-jsonl) both name {self.save}: expected two files",

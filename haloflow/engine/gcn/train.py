@@ -22,6 +22,7 @@ the final weights (``save``, written atomically) when the loop finishes.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -96,7 +97,8 @@ class RankEpoch:
         total, slowest = tree_sum(rows.unbind(0)), rows.max(0).values
         v = {n: float(slowest[i] if n in self.SLOWEST else total[i]) for i, n in enumerate(names)}
         return EpochLog(epoch=epoch, loss=v["loss"], train_acc=v["train_correct"] / counts.train,
-                        val_acc=v["val_correct"] / max(counts.val, 1), test_acc=v["test_correct"] / max(counts.test, 1),
+                        val_acc=_accuracy(v["val_correct"], counts.val),
+                        test_acc=_accuracy(v["test_correct"], counts.test),
                         epoch_s=v["epoch_s"], eval_s=v["eval_s"], halo_bytes=int(v["halo_bytes"]),
                         grad_bytes=int(v["grad_bytes"]), blocked_s=v["blocked_s"], halo_blocked_s=v["halo_blocked_s"],
                         grad_buckets_in_backward=buckets)
@@ -132,11 +134,21 @@ class GCNTrainResult(TrainResult):
 
     def summary(self) -> str:
         f = self.final
-        rows = [["loss", f.loss], ["train accuracy", f.train_acc], ["val accuracy", f.val_acc],
-                ["test accuracy", f.test_acc]]
+        rows = [["loss", f.loss], ["train accuracy", f.train_acc], ["val accuracy", _shown(f.val_acc, "val")],
+                ["test accuracy", _shown(f.test_acc, "test")]]
         rows += [["resumed after epoch", self.resumed_at]] if self.resumed_at else []
         return self.format_summary(f"GCN, {len(self.history)} epochs", rows,
                                    epochs=len(self.history) - self.resumed_at)
+
+
+def _accuracy(correct: float, nodes: int) -> float:
+    """Accuracy over a split; NaN (null in the JSON log) for a split without nodes: nothing was measured, and a
+    0.0 would read as a model that got every node wrong."""
+    return correct / nodes if nodes else float("nan")
+
+
+def _shown(accuracy: float, split: str) -> float | str:
+    return f"skipped (no {split} nodes)" if math.isnan(accuracy) else accuracy
 
 
 @dataclass(eq=False)

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from haloflow.data.paths import check_output_parent
-from haloflow.engine.run_config import SCHEDULES, RuntimeConfig
+from haloflow.engine.run_config import SCHEDULES, RuntimeConfig, check_units
 from haloflow.errors import ConfigError
 from haloflow.models.config import TGNConfig
 from haloflow.utils.config_flags import hidden, nested, option
@@ -84,6 +84,8 @@ class TGNTrainConfig:
         for name in ("batch_size", "epochs", "memory_dim", "time_dim", "embedding_dim", "num_neighbors"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}", field=name)
+        for name in ("epochs", "max_train_batches"):
+            check_units(getattr(self, name), name)
         if not (self.lr > 0 and math.isfinite(self.lr)):
             raise ConfigError(f"lr must be a finite number > 0, got {self.lr}", field="lr")
         if self.max_train_batches is not None and self.max_train_batches < 1:

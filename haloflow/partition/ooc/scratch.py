@@ -2,12 +2,14 @@
 
 ::
 
-    TMP_DIR/.haloflow-ooc-<random>/      (TMP_DIR = --tmp-dir, default the folder --out goes in)
+    TMP_DIR/.haloflow-ooc-<pid>-<random>/   (TMP_DIR = --tmp-dir, default the folder --out goes in)
       bucket-<b>.bin       pass 2: edge keys, one file per range of rows        removed as each is sorted
       csr/indptr.npy  csr/indices.npy   pass 2's CSR (original ids)             removed at the end
       part-<k>/edges.npy rows.npy halo.npy send.npy <node data>.npy  pass 4     removed as each part is written
 
-The folder goes on success, on an exception, and on Ctrl-C (KeyboardInterrupt unwinds through ``__exit__``).
+The folder goes on success, on an exception, and on Ctrl-C (KeyboardInterrupt unwinds through ``__exit__``); a
+run killed with SIGKILL cannot remove it, so the next run in the same TMP_DIR removes every such folder whose
+process is gone, and says so.
 `note` records the folder's size at the points where it is largest, so the run can report its peak disk use.
 """
 
@@ -19,7 +21,11 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from haloflow.utils.atomic import remove_stale
+
 __all__ = ["ScratchSpace"]
+
+_PREFIX = ".haloflow-ooc-"  # then the owning process's id: a later run removes the folder once that process is gone
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +51,8 @@ class ScratchSpace:
 
     def __enter__(self) -> "ScratchSpace":
         self.parent.mkdir(parents=True, exist_ok=True)
-        self.root = Path(tempfile.mkdtemp(prefix=".haloflow-ooc-", dir=self.parent))
+        remove_stale(self.parent, _PREFIX)  # a killed run's (SIGKILL: no __exit__ ran), said on stderr
+        self.root = Path(tempfile.mkdtemp(prefix=f"{_PREFIX}{os.getpid()}-", dir=self.parent))
         log.info("temporary files in %s", self.root)
         return self
 

@@ -76,6 +76,7 @@ __all__ = [
 ]
 
 PLAN_FORMAT = "haloflow.sharding_plan"
+_MAX_WEIGHTS = 2**62  # rows x dim of one table: its bytes (x 4, x optimizer slots) stay within an int64
 PLAN_VERSION = 1
 
 
@@ -126,6 +127,9 @@ class TableSpec:
             v = getattr(self, key)
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
                 raise ConfigError(f"table {self.name}: {key} must be an integer >= 1, got {v!r}")
+        if self.num_rows * self.dim > _MAX_WEIGHTS:  # past any machine; also past the int64 the cost model uses
+            raise ConfigError(f"table {self.name}: {self.num_rows:,} rows x {self.dim:,} columns is more weights than "
+                              f"a 64-bit index reaches (at most {_MAX_WEIGHTS:,})")
         pf = self.pooling_factor
         if isinstance(pf, bool) or not isinstance(pf, (int, float, np.floating, np.integer)) or not pf > 0 \
                 or not math.isfinite(pf):
@@ -307,7 +311,8 @@ class ShardingPlan:
         object.__setattr__(self, "per_rank", tuple(self.per_rank))
         if isinstance(self.world_size, bool) or not isinstance(self.world_size, int) or self.world_size < 1:
             raise ConfigError(f"world_size must be an integer >= 1, got {self.world_size!r}")
-        if self.per_rank and [c.rank for c in self.per_rank] != list(range(self.world_size)):
+        ranks = [c.rank for c in self.per_rank]  # compared by length first: a huge world_size builds no list
+        if self.per_rank and (len(ranks) != self.world_size or ranks != list(range(len(ranks)))):
             raise ConfigError(f"per_rank must list ranks 0..{self.world_size - 1} in order, "
                               f"got {[c.rank for c in self.per_rank]}")
 
