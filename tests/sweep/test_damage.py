@@ -97,7 +97,7 @@ def _inputs() -> Path:
 
 _SAID = "left by an earlier run that was killed"  # a warning: the log's, so read from caplog (run_case drops it)
 _PLAN = ("plan-tables", "--tables", "{in}/tables.json", "--world-size", "2", "--memory-per-rank", "1GiB")
-_OOC = ("partition", "{in}/g.txt", "--parts", "2", "--method", "random", "--memory-budget", "1GiB")
+_OOC = ("partition", "{in}/g.txt", "--parts", "2", "--method", "random", "--memory-budget", "4GiB")
 
 CASES = [
     # checkpoints: ownership by record, not by name
