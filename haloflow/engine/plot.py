@@ -20,8 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from haloflow.errors import ConfigError, InputFormatError
-from haloflow.utils.atomic import atomic_output
+from haloflow.utils.atomic import atomic_output, check_file_replaceable
 from haloflow.utils.config_flags import hidden, option
+from haloflow.utils.owned import PLOT_SOFTWARE, plot_png
 
 __all__ = ["PlotConfig", "plot_logs", "read_log"]
 
@@ -46,6 +47,8 @@ class PlotConfig:
                               help="the image to write")
     width: float = option(10.0, help="figure width in inches (100 pixels each)")
     height: float = option(4.0, help="figure height in inches (100 pixels each)")
+    overwrite: bool = option(False, help="replace a file at --out that plot did not write (one it wrote is "
+                             "replaced anyway)")
 
     def __post_init__(self) -> None:
         logs = tuple(Path(p) for p in self.logs)
@@ -58,6 +61,7 @@ class PlotConfig:
         out = Path(self.out) if self.out is not None else logs[0].with_suffix(".png")
         if out.suffix.lower() != ".png":
             raise ConfigError(f"--out {out}: expected a .png file name", field="out")
+        check_file_replaceable(out, self.overwrite, plot_png, "--out")
         object.__setattr__(self, "out", out)
         if not (self.width > 0 and self.height > 0):
             raise ConfigError(f"width and height must be > 0, got {self.width} x {self.height}", field="width")
@@ -116,7 +120,7 @@ def plot_logs(config: PlotConfig) -> Path:
         ax_metric.legend(fontsize="small")
     fig.tight_layout()
     with atomic_output(config.out, "wb") as f:
-        fig.savefig(f, format="png")
+        fig.savefig(f, format="png", metadata={"Software": PLOT_SOFTWARE})  # ours, to replace (utils/owned.py)
     plt.close(fig)
     log.info("wrote %s", config.out)
     return config.out

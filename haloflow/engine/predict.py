@@ -24,7 +24,8 @@ import numpy as np
 
 from haloflow.engine.run_config import DEVICES, RuntimeConfig
 from haloflow.errors import ConfigError
-from haloflow.utils.atomic import atomic_output
+from haloflow.utils.atomic import atomic_output, check_file_replaceable
+from haloflow.utils.owned import WRITTEN_BY, predict_table
 
 __all__ = ["PredictResult", "write_table", "check_table_path", "predict_runtime", "TABLE_SUFFIXES"]
 
@@ -33,8 +34,9 @@ TABLE_SUFFIXES = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv"}
 log = logging.getLogger(__name__)
 
 
-def check_table_path(path: Path | None, flag: str) -> Path | None:
-    """``path`` as a Path, checked before any work: a known suffix, not a folder."""
+def check_table_path(path: Path | None, flag: str, overwrite: bool = False) -> Path | None:
+    """``path`` as a Path, checked before any work: a known suffix, not a folder, and a file already there only
+    when predict wrote it (its metadata or header, ``utils/owned.py``) or with ``overwrite``."""
     if path is None:
         return None
     path = Path(path)
@@ -43,6 +45,7 @@ def check_table_path(path: Path | None, flag: str) -> Path | None:
                           f"{path.suffix or '(none)'!r}", field=flag.lstrip("-").replace("-", "_"))
     if path.is_dir():
         raise ConfigError(f"{flag} {path} is a folder; expected a file name", field=flag.lstrip("-").replace("-", "_"))
+    check_file_replaceable(path, overwrite, predict_table, flag)
     return path
 
 
@@ -57,7 +60,8 @@ def write_table(path: Path, columns: dict[str, np.ndarray]) -> Path:
     """One row per entry of the equal-length ``columns``, as Parquet or CSV (by ``path``'s suffix), atomically."""
     import pyarrow as pa
 
-    table = pa.table({name: np.ascontiguousarray(col) for name, col in columns.items()})
+    table = pa.table({name: np.ascontiguousarray(col) for name, col in columns.items()},
+                     metadata={WRITTEN_BY: "haloflow predict"})  # a later run may replace it (utils/owned.py)
     kind = TABLE_SUFFIXES[path.suffix.lower()]
     with atomic_output(path, "wb") as f:
         if kind == "parquet":

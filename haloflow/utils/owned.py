@@ -1,13 +1,15 @@
 """Is a file already at an output path one that haloflow wrote? Told by its header or metadata, never by its name.
 
-A file output (``--save``, ``--log-jsonl``, ``plan-tables --out``, ``bench --out``) replaces a regular file only
-when one of these recognises it, or with ``--overwrite`` (``atomic.check_file_replaceable``)::
+A file output (``--save``, ``--log-jsonl``, the ``--out`` of plan-tables, bench, predict, plot) replaces a regular
+file only when one of these recognises it, or with ``--overwrite`` (``atomic.check_file_replaceable``)::
 
     output                  recognised by
     --log-jsonl             its first line starts as every record of ours does: {"kind": "
     --save (GCN)            a torch zip whose pickle names model_config, state_dict and train_config
     plan-tables --out       a JSON object whose "format" is haloflow.sharding_plan
     bench --out             a JSON object whose "written_by" starts with "haloflow" (or one in bench-results/)
+    predict --out, --embeddings   Parquet: "written_by" in the schema's metadata; CSV: the header predict writes
+    plot --out              a PNG whose "Software" text chunk is "haloflow plot"
 
 Each reads at most a few MiB of the file: a large data file is told apart by its first bytes.
 """
@@ -18,7 +20,8 @@ import json
 import zipfile
 from pathlib import Path
 
-__all__ = ["WRITTEN_BY", "stamped", "jsonl_log", "torch_model", "sharding_plan", "bench_results"]
+__all__ = ["WRITTEN_BY", "stamped", "jsonl_log", "torch_model", "sharding_plan", "bench_results", "predict_table",
+           "plot_png", "PLOT_SOFTWARE", "PREDICT_CSV_HEADS"]
 
 WRITTEN_BY = "written_by"  # the key bench results carry: "haloflow bench NAME"
 _JSON_LIMIT = 64 << 20  # a results or plan file is far smaller; a larger file is someone's data
@@ -69,3 +72,32 @@ def bench_results(path: Path) -> bool:
     obj = _json_object(path)
     return obj is not None and (str(obj.get(WRITTEN_BY, "")).startswith("haloflow")
                                 or path.resolve().parent.name == "bench-results")
+
+
+PLOT_SOFTWARE = "haloflow plot"  # the PNG's "Software" text chunk
+# the first columns of every table `haloflow predict` writes (pyarrow quotes CSV header names)
+PREDICT_CSV_HEADS = (b'"node_id","', b'"row","', b'"event","src","dst","')
+
+
+def predict_table(path: Path) -> bool:
+    """A Parquet file that predict stamped in its schema's metadata, or a CSV that starts with predict's header."""
+    with open(path, "rb") as f:
+        head = f.read(4)
+    if head == b"PAR1":
+        import pyarrow.parquet as pq
+
+        try:
+            meta = pq.read_schema(path).metadata or {}
+        except (OSError, ValueError):
+            return False
+        return meta.get(WRITTEN_BY.encode(), b"").startswith(b"haloflow")
+    with open(path, "rb") as f:
+        first = f.readline(4096)
+    return first.startswith(PREDICT_CSV_HEADS)
+
+
+def plot_png(path: Path) -> bool:
+    """A PNG whose first 4 KiB hold the text chunk ``Software: haloflow plot`` (matplotlib writes it early)."""
+    with open(path, "rb") as f:
+        head = f.read(4096)
+    return head.startswith(b"\x89PNG") and b"Software\x00" + PLOT_SOFTWARE.encode() in head

@@ -71,6 +71,43 @@ def _our_model(inputs_of):
     return setup
 
 
+_PREDICT = ("predict", "gcn", "--model", "{tmp}/gcn-ck", "--partitions", "{in}/k1", "--device", "cpu")
+_THEIR_PNG = b"\x89PNG\r\n\x1a\n" + b"someone's photo" * 10
+
+
+def _gcn_checkpoint_and(then):
+    """A GCN run's checkpoints at tmp/gcn-ck (the model predict reads), then ``then(tmp)``."""
+    def setup(tmp: Path) -> None:
+        from haloflow.cli import main
+
+        assert main([*[a.replace("{in}", str(_inputs())) for a in GCN], "--checkpoint-dir", str(tmp / "gcn-ck")]) == 0
+        then(tmp)
+    return setup
+
+
+def _their_parquet(tmp: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"id": [1, 2], "value": [0.5, 0.25]}), tmp / "theirs.parquet")
+
+
+def _predicted(name: str):
+    def then(tmp: Path) -> None:
+        from haloflow.cli import main
+
+        argv = [a.replace("{in}", str(_inputs())).replace("{tmp}", str(tmp)) for a in _PREDICT]
+        assert main([*argv, "--out", str(tmp / name)]) == 0
+    return then
+
+
+def _plotted(tmp: Path) -> None:
+    from haloflow.cli import main
+
+    _our_log(tmp)
+    assert main(["plot", str(tmp / "m.jsonl"), "--out", str(tmp / "m.png")]) == 0
+
+
 def _killed_leftovers(*names: str):
     """Temporaries of a run that was killed (its process is gone), named as haloflow names them."""
     def setup(tmp: Path) -> None:
@@ -143,6 +180,23 @@ CASES = [
     Case("bench-out-over-their-json", ("bench", "grad-sync", "--ks", "2", "--steps", "1", "--out",
                                        "{tmp}/data.json"), 2, "--overwrite", keep=("{tmp}/data.json",),
          setup=lambda tmp: (tmp / "data.json").write_text('{"mine": 1}\n')),
+    Case("predict-out-over-data", (*_PREDICT, "--out", "{tmp}/data.csv"), 2, "did not write",
+         keep=("{tmp}/data.csv",), setup=_gcn_checkpoint_and(_copy_of_data("data.csv"))),
+    Case("predict-parquet-over-their-parquet", (*_PREDICT, "--out", "{tmp}/theirs.parquet"), 2, "--overwrite",
+         keep=("{tmp}/theirs.parquet",), setup=_gcn_checkpoint_and(_their_parquet)),
+    Case("predict-embeddings-over-data", (*_PREDICT, "--out", "{tmp}/n.csv", "--embeddings", "{tmp}/data.csv"), 2,
+         "--embeddings", keep=("{tmp}/data.csv",), absent=("{tmp}/n.csv",),
+         setup=_gcn_checkpoint_and(_copy_of_data("data.csv"))),
+    Case("predict-out-over-its-own-csv", (*_PREDICT, "--out", "{tmp}/nodes.csv"), 0, "",
+         setup=_gcn_checkpoint_and(_predicted("nodes.csv"))),
+    Case("predict-out-over-its-own-parquet", (*_PREDICT, "--out", "{tmp}/nodes.parquet"), 0, "",
+         setup=_gcn_checkpoint_and(_predicted("nodes.parquet"))),
+    Case("predict-out-over-data-overwrite", (*_PREDICT, "--out", "{tmp}/data.csv", "--overwrite"), 0, "",
+         setup=_gcn_checkpoint_and(_copy_of_data("data.csv"))),
+    Case("plot-out-over-their-png", ("plot", "{tmp}/m.jsonl", "--out", "{tmp}/photo.png"), 2, "did not write",
+         keep=("{tmp}/photo.png",), setup=lambda tmp: (_our_log(tmp), (tmp / "photo.png").write_bytes(_THEIR_PNG))),
+    Case("plot-out-over-its-own-png", ("plot", "{tmp}/m.jsonl", "--out", "{tmp}/m.png"), 0, "m.png",
+         setup=_plotted),
     # demo: checked before anything is generated
     Case("demo-epochs-0", ("demo", "--epochs", "0", "--out", "{tmp}/demo"), 2, "--epochs", absent=("{tmp}/demo",)),
     Case("demo-hidden-0", ("demo", "--hidden", "0", "--out", "{tmp}/demo"), 2, "--hidden", absent=("{tmp}/demo",)),

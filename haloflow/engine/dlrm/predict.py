@@ -73,6 +73,8 @@ class DLRMPredictConfig:
     table: int = option(0, help="the table --embeddings writes")
     device: str = option("auto", choices=DEVICES, means="CUDA when present", help="where each rank computes")
     timeout_s: float = option(300.0, "--timeout", metavar="S", help="seconds a rank waits for a silent peer")
+    overwrite: bool = option(False, help="replace a file at --out or --embeddings that predict did not write (one "
+                             "it wrote is replaced anyway)")
 
     def __post_init__(self) -> None:
         if (self.data is None) == (not self.synthetic):
@@ -90,8 +92,9 @@ class DLRMPredictConfig:
                 raise ConfigError(f"{name} must be >= 1, got {value}", field=name)
         if self.table < 0:
             raise ConfigError(f"table must be >= 0, got {self.table}", field="table")
-        object.__setattr__(self, "out", check_table_path(self.out, "--out"))
-        object.__setattr__(self, "embeddings", check_table_path(self.embeddings, "--embeddings"))
+        object.__setattr__(self, "out", check_table_path(self.out, "--out", self.overwrite))
+        object.__setattr__(self, "embeddings", check_table_path(self.embeddings, "--embeddings",
+                                                                         self.overwrite))
         predict_runtime(self.device, self.timeout_s)
 
     def train_config(self, model: ModelFile):

@@ -68,6 +68,8 @@ class GCNPredictConfig:
                                      help="also write each node's last hidden layer (.parquet or .csv)")
     device: str = option("auto", choices=DEVICES, means="CUDA when present", help="where each rank computes")
     timeout_s: float = option(120.0, "--timeout", metavar="S", help="seconds a rank waits for a silent peer")
+    overwrite: bool = option(False, help="replace a file at --out or --embeddings that predict did not write (one "
+                             "it wrote is replaced anyway)")
 
     def __post_init__(self) -> None:
         if (self.dataset is None) == (self.partitions is None):
@@ -82,8 +84,9 @@ class GCNPredictConfig:
                 raise FileNotFoundError(f"{name} {value} does not exist")
         if self.nodes not in SPLITS:
             raise ConfigError(f"nodes must be one of {SPLITS}, got {self.nodes!r}", field="nodes")
-        object.__setattr__(self, "out", check_table_path(self.out, "--out"))
-        object.__setattr__(self, "embeddings", check_table_path(self.embeddings, "--embeddings"))
+        object.__setattr__(self, "out", check_table_path(self.out, "--out", self.overwrite))
+        object.__setattr__(self, "embeddings", check_table_path(self.embeddings, "--embeddings",
+                                                                         self.overwrite))
         predict_runtime(self.device, self.timeout_s)
 
     def train_config(self, model: ModelFile) -> GCNTrainConfig:

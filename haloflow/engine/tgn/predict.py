@@ -72,6 +72,8 @@ class TGNPredictConfig:
                                      help="also write every node's memory (.parquet or .csv)")
     device: str = option("auto", choices=DEVICES, means="CUDA when present", help="where each rank computes")
     timeout_s: float = option(120.0, "--timeout", metavar="S", help="seconds a rank waits for a silent peer")
+    overwrite: bool = option(False, help="replace a file at --out or --embeddings that predict did not write (one "
+                             "it wrote is replaced anyway)")
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "model", Path(self.model))
@@ -84,8 +86,9 @@ class TGNPredictConfig:
             object.__setattr__(self, "partitions", Path(self.partitions))
         if self.split not in SPLITS:
             raise ConfigError(f"split must be one of {SPLITS}, got {self.split!r}", field="split")
-        object.__setattr__(self, "out", check_table_path(self.out, "--out"))
-        object.__setattr__(self, "embeddings", check_table_path(self.embeddings, "--embeddings"))
+        object.__setattr__(self, "out", check_table_path(self.out, "--out", self.overwrite))
+        object.__setattr__(self, "embeddings", check_table_path(self.embeddings, "--embeddings",
+                                                                         self.overwrite))
         predict_runtime(self.device, self.timeout_s)
 
     def train_config(self, model: ModelFile):
