@@ -140,14 +140,16 @@ def _read_split(folder: Path, split: str | None, num_nodes: int) -> dict[str, np
 
 
 def _read_float_table(path: Path) -> np.ndarray:
-    """A headerless numeric CSV as float32 ``(rows, cols)``, parsed by pyarrow (multi-threaded)."""
+    """A headerless numeric CSV as float32 ``(rows, cols)``, parsed by pyarrow (multi-threaded when large)."""
     import pyarrow as pa
     import pyarrow.csv as pacsv
 
     try:
         table = pacsv.read_csv(
             str(path),
-            read_options=pacsv.ReadOptions(autogenerate_column_names=True),
+            # threads only for a large file: see data/temporal.py (an abort at exit after a short threaded read)
+            read_options=pacsv.ReadOptions(autogenerate_column_names=True,
+                                           use_threads=path.stat().st_size > (64 << 20)),
             parse_options=pacsv.ParseOptions(ignore_empty_lines=False),  # an empty label = unlabelled row
         )
     except pa.ArrowInvalid as err:

@@ -179,11 +179,14 @@ def _read_jodie_csv(path: Path) -> TemporalEvents:
     columns = [f"c{j}" for j in range(num_fields)]
     types = {c: pa.float32() for c in columns}
     types.update(c0=pa.int64(), c1=pa.int64(), c2=pa.float64())
+    # Arrow's reader threads only for a large file: a process that exits right after a short threaded read (a bad
+    # stream of one event, refused in one line) could abort at exit, "terminate called without an active exception"
+    threads = path.stat().st_size > (64 << 20)
     try:
         with open_decompressed(path) as f:
             table = pacsv.read_csv(
                 f,
-                read_options=pacsv.ReadOptions(skip_rows=1, column_names=columns),
+                read_options=pacsv.ReadOptions(skip_rows=1, column_names=columns, use_threads=threads),
                 convert_options=pacsv.ConvertOptions(column_types=types, null_values=[""],
                                                      quoted_strings_can_be_null=False),
             )

@@ -89,3 +89,15 @@ def test_a_dlrm_batch_smaller_than_k_is_one_line(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "haloflow", *argv], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert "batch_size 1 is smaller than the 2 ranks" in proc.stderr.strip().splitlines()[-1]
+
+
+def test_a_one_event_stream_exits_2_every_time_without_an_abort(tmp_path):
+    """A stream of one event is refused in one line, and the process then exits 2: before Arrow's reader threads
+    were kept to large files, about one exit in three aborted (SIGABRT, "terminate called without an active
+    exception") right after the line. Five fresh processes, as a user would start them."""
+    (tmp_path / "one.csv").write_text("u,i,ts,label\n0,1,1.0,0\n")
+    for _ in range(5):
+        proc = subprocess.run([sys.executable, "-m", "haloflow", "train", "tgn", "--events", str(tmp_path / "one.csv"),
+                               "--device", "cpu"], capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 2 and "terminate called" not in proc.stderr, (proc.returncode, proc.stderr)
+        assert "chronological_split of 1 events" in proc.stderr
