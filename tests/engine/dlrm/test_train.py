@@ -186,13 +186,9 @@ def _issue_run(tmp_path, nproc: int, dtype: str) -> list[float]:
 
 
 @pytest.mark.slow
-def test_k_1_and_2_agree_at_every_one_of_200_steps_in_float64(tmp_path):
-    # One code path for every K: K = 1 is the sharded model on a group of one. In float32 the runs agree to
-    # rounding until a ReLU input that rounding moved across 0 flips (step ~130 here), and then part (see
-    # engine/dlrm/parallelize.py); in float64 nothing is near enough to a kink, so what is left is the engine.
-    # (K = 4, the same data and model for 60 steps: tests/engine/dlrm/test_parallelize.py; a 200-step run at
-    # K = 4 here cost the suite ~60 s on 2 cores.)
-    losses = {k: torch.tensor(_issue_run(tmp_path, k, "float64"), dtype=torch.float64) for k in (1, 2)}
-    assert all(v.numel() == 200 for v in losses.values())
-    gap = (losses[2] - losses[1]).abs()
-    assert float(gap.max()) <= 1e-5, (int(gap.argmax()) + 1, float(gap.max()))  # (step, gap)
+def test_k_1_and_2_log_equal_losses_at_every_one_of_200_steps(tmp_path):
+    # Issue 33's reproduction, the command as reported, in float32: the two runs parted at one step and ended 4.5e-2
+    # apart when K ranks summed per-rank MLP gradients; with V = 4 logical workers (the default) every loss is equal.
+    losses = {k: _issue_run(tmp_path, k, "float32") for k in (1, 2)}
+    assert len(losses[1]) == 200
+    assert losses[2] == losses[1], next(i + 1 for i, (a, b) in enumerate(zip(losses[1], losses[2])) if a != b)
