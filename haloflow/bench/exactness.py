@@ -1,6 +1,6 @@
 """What equal floats at every K cost: step time and bytes of the K-invariant path against the path it replaces.
 
-    haloflow bench exactness [--families dlrm,gcn,tgn] [--ks 1,2] [--rounds 5] [--out bench-results/exactness.json]
+    haloflow bench exactness [--families dlrm,gcn,tgn] [--ks 1,2] [--rounds 5] [--units N] [--out FILE.json]
 
 Each cell is a real ``haloflow train FAMILY`` run (``--nproc K``, the command a user types), read back from its JSON
 summary: seconds per unit of training (start-up and evaluation excluded) and the bytes rank 0 sent per unit. The
@@ -38,20 +38,20 @@ from haloflow.utils.table import format_table
 __all__ = ["main", "FAMILIES"]
 
 
-def _dlrm(k: int, new: bool, tmp: Path) -> list[str]:
-    return ["dlrm", "--synthetic", "--max-steps", "300", "--max-eval-batches", "1",
+def _dlrm(k: int, new: bool, tmp: Path, units: int | None) -> list[str]:
+    return ["dlrm", "--synthetic", "--max-steps", str(units or 300), "--max-eval-batches", "1",
             *([] if new else ["--no-k-invariance"])]
 
 
-def _tgn(k: int, new: bool, tmp: Path) -> list[str]:
+def _tgn(k: int, new: bool, tmp: Path, units: int | None) -> list[str]:
     events = data_root() / "temporal" / "jodie_wikipedia_edges.csv"
     if not events.is_file():
         raise FileNotFoundError(f"{events} not found: set HALOFLOW_DATA to the folder holding temporal/")
-    return ["tgn", "--events", str(events), "--epochs", "1", "--max-batches", "120", "--no-eval",
+    return ["tgn", "--events", str(events), "--epochs", "1", "--max-batches", str(units or 120), "--no-eval",
             *([] if new else ["--no-k-invariance"])]
 
 
-def _gcn(k: int, new: bool, tmp: Path) -> list[str]:
+def _gcn(k: int, new: bool, tmp: Path, units: int | None) -> list[str]:
     """A generated graph of 20,000 nodes: the new path trains its 4-part folder at K; the old one trains the K-part
     folder at K (one product over each process's rows, as before V existed)."""
     parts = 4 if new else k
@@ -67,7 +67,7 @@ def _gcn(k: int, new: bool, tmp: Path) -> list[str]:
         data = sbm_dataset(num_nodes=20_000, seed=3)
         data = dataclasses.replace(data, features=np.abs(data.features))
         partition_dataset(data, PartitionConfig(num_parts=parts), folder, progress=False)
-    return ["gcn", "--partitions", str(folder), "--epochs", "60"]
+    return ["gcn", "--partitions", str(folder), "--epochs", str(units or 60)]
 
 
 FAMILIES = {"dlrm": _dlrm, "tgn": _tgn, "gcn": _gcn}
@@ -76,11 +76,11 @@ FAMILIES = {"dlrm": _dlrm, "tgn": _tgn, "gcn": _gcn}
 BYTES_KEYS = ("comm_bytes_per_step", "comm_bytes_per_batch")
 
 
-def _run(family: str, k: int, new: bool, tmp: Path) -> dict:
+def _run(family: str, k: int, new: bool, tmp: Path, units: int | None = None) -> dict:
     """One training run; its seconds per unit and rank 0's bytes per unit from the JSON summary."""
     log = tmp / f"{family}-{k}-{'new' if new else 'old'}.jsonl"
     log.unlink(missing_ok=True)
-    cmd = [sys.executable, "-m", "haloflow", "train", *FAMILIES[family](k, new, tmp), "--nproc", str(k),
+    cmd = [sys.executable, "-m", "haloflow", "train", *FAMILIES[family](k, new, tmp, units), "--nproc", str(k),
            "--device", "cpu", "--log-jsonl", str(log)]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
@@ -107,6 +107,9 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
                    "(V) by a power of two (default: 1,2)")
     p.add_argument("--rounds", type=at_least(1, 1000), default=5,
                    help="round-robin rounds; the median per-round ratio is reported (default: 5)")
+    p.add_argument("--units", type=at_least(2, 10**6), default=None, metavar="N",
+                   help="units of training per run, for a quick look (default: DLRM 300 steps, TGN 120 batches, GCN "
+                   "60 epochs)")
     p.add_argument("--out", type=Path, default=Path("bench-results/exactness.json"),
                    help="JSON results (default: bench-results/exactness.json)")
     args = p.parse_args(argv)
@@ -124,8 +127,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
             for k in ks:
                 old, new = [], []
                 for _ in range(args.rounds):
-                    old.append(_run(family, k, False, Path(tmp)))
-                    new.append(_run(family, k, True, Path(tmp)))
+                    old.append(_run(family, k, False, Path(tmp), args.units))
+                    new.append(_run(family, k, True, Path(tmp), args.units))
                 ratios = [n["s_per_unit"] / o["s_per_unit"] for o, n in zip(old, new)]
                 cell = {"family": family, "k": k, "unit": new[0]["unit"], "v": new[0]["logical_workers"],
                         "old_s_per_unit": statistics.median(o["s_per_unit"] for o in old),
@@ -139,8 +142,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     print(format_table(["family", "K", "V", "old ms/unit", "new ms/unit", "new/old (median)", "old bytes/unit",
                         "new bytes/unit"], rows,
                        title=f"exactness: the K-invariant path against the one it replaces ({args.rounds} rounds)"))
-    atomic_write_text(args.out, json.dumps({"benchmark": "exactness", "rounds": args.rounds, "results": results},
-                                           indent=2) + "\n")
+    result = {"benchmark": "exactness", "rounds": args.rounds, "units": args.units, "results": results}
+    atomic_write_text(args.out, json.dumps(result, indent=2) + "\n")
     print(f"wrote {args.out}")
     return 0
 

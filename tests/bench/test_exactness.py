@@ -13,6 +13,7 @@ from haloflow.bench.exactness import main
     (["--ks", "abc"], "--ks"),
     (["--families", "gat"], "--families"),
     (["--rounds", "0"], "--rounds"),
+    (["--units", "1"], "--units"),
 ])
 def test_bad_arguments_stop_before_any_run(argv, message, capsys, tmp_path):
     with pytest.raises(SystemExit) as e:
@@ -24,7 +25,7 @@ def test_bad_arguments_stop_before_any_run(argv, message, capsys, tmp_path):
 
 def test_one_round_of_dlrm_at_k_1_prints_the_table_and_writes_json(tmp_path, capsys):
     out = tmp_path / "exactness.json"
-    assert main(["--families", "dlrm", "--ks", "1", "--rounds", "1", "--out", str(out)]) == 0
+    assert main(["--families", "dlrm", "--ks", "1", "--rounds", "1", "--units", "20", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "new/old (median)" in printed and "dlrm" in printed
     (cell,) = json.loads(out.read_text())["results"]
