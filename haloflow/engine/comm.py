@@ -33,6 +33,7 @@ __all__ = [
     "group_size",
     "CommStats",
     "wait_work",
+    "start_all_to_all",
     "all_gather_rows",
     "all_gather_cat",
     "AllToAllHandle",
@@ -206,6 +207,21 @@ def wait_work(work, what: str, stats: CommStats | None = None, kind: str | None 
     finally:
         if stats is not None and kind is not None:
             stats.record_blocked(kind, time.perf_counter() - t0)
+
+
+def start_all_to_all(out: Tensor, send: Tensor, recv_counts: list[int], send_counts: list[int], group: Group | None,
+                     what: str, stats: CommStats | None = None, kind: str | None = None):
+    """Launch an uneven ``all_to_all_single`` (async) and count its bytes under ``kind``; None without a group (a
+    single process receives nothing). A peer already gone is one ``DistributedError`` naming ``what``."""
+    if stats is not None and kind is not None:
+        stats.record(kind, send.numel() * send.element_size())
+    if group is None:
+        return None
+    try:
+        return dist.all_to_all_single(out, send, recv_counts, send_counts, group=group, async_op=True)
+    except RuntimeError as err:
+        raise DistributedError(f"{what}: could not launch the all-to-all - {peer_note()} "
+                               f"({str(err).splitlines()[0][:300]})") from err
 
 
 def all_gather_rows(values: Sequence[float], group: Group | None, what: str) -> Tensor:

@@ -34,6 +34,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from haloflow.errors import ConfigError
+from haloflow.utils.atomic import process_alive
 
 __all__ = ["NodeLayout", "JobStopped", "torchrun_command", "launch_torchrun", "die_with_parent", "PARENT_ENV",
            "STOP_GRACE_S"]
@@ -264,7 +265,7 @@ def die_with_parent(signum: int = signal.SIGTERM) -> None:
     if not _pdeathsig(signum):
         threading.Thread(target=_watch_parent, args=(os.getppid(), signum), daemon=True,
                          name="haloflow-parent-watch").start()
-    if os.getppid() != parent and not _alive(parent):
+    if os.getppid() != parent and not process_alive(parent):
         os.kill(os.getpid(), signum)
 
 
@@ -282,13 +283,3 @@ def _watch_parent(parent: int, signum: int, every_s: float = 0.5) -> None:
     while os.getppid() == parent:
         time.sleep(every_s)
     os.kill(os.getpid(), signum)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's process: alive
-        return True
-    return True

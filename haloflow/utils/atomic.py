@@ -43,7 +43,7 @@ from typing import IO
 from haloflow.errors import ConfigError, HaloflowError, OutputError, OutputExistsError
 
 __all__ = ["atomic_directory", "atomic_output", "atomic_write_text", "check_absent", "check_replaceable",
-           "check_file_replaceable", "owned_suffix", "remove_stale",
+           "check_file_replaceable", "owned_suffix", "process_alive", "remove_stale",
            "open_stream", "full_disk_error", "reporting_full_disk"]
 
 log = logging.getLogger(__name__)
@@ -210,7 +210,8 @@ def owned_suffix() -> str:
     return f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` runs: not gone, not a zombie (killed, not yet reaped); someone else's counts."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -237,7 +238,7 @@ def remove_stale(parent: Path, prefix: str) -> list[Path]:
         if not entry.name.startswith(prefix):
             continue
         pid = entry.name[len(prefix):].split("-", 1)[0]
-        if not pid.isdigit() or int(pid) == os.getpid() or _alive(int(pid)):
+        if not pid.isdigit() or int(pid) == os.getpid() or process_alive(int(pid)):
             continue
         if entry.is_dir() and not entry.is_symlink():
             shutil.rmtree(entry, ignore_errors=True)

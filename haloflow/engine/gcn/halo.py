@@ -34,10 +34,9 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-import torch.distributed as dist
 
-from haloflow.engine.comm import CommStats, peer_note, wait_work
-from haloflow.errors import ConfigError, DistributedError
+from haloflow.engine.comm import CommStats, start_all_to_all, wait_work
+from haloflow.errors import ConfigError
 
 __all__ = ["HaloExchange", "HaloHandle", "HaloSelection"]
 
@@ -314,17 +313,8 @@ class HaloExchange:
         grad = torch.zeros(self.n_inner, inflight.out.shape[1], dtype=inflight.out.dtype, device=dev)
         return grad.index_add_(0, ids, inflight.out)  # sequential on CPU: a node sent to several ranks sums in rank order
 
-    def _all_to_all(self, out: torch.Tensor, send: torch.Tensor, recv_counts: list[int], send_counts: list[int],
-                    kind: str):
-        if self.stats is not None:
-            self.stats.record(kind, send.numel() * send.element_size())
-        if self.group is None:  # single process: nothing to receive
-            return None
-        try:
-            return dist.all_to_all_single(out, send, recv_counts, send_counts, group=self.group, async_op=True)
-        except RuntimeError as err:
-            raise DistributedError(f"{self.name}: could not launch the all-to-all - {peer_note()} "
-                                   f"({str(err).splitlines()[0][:300]})") from err
+    def _all_to_all(self, out, send, recv_counts, send_counts, kind: str):
+        return start_all_to_all(out, send, recv_counts, send_counts, self.group, self.name, self.stats, kind)
 
 
 class HaloHandle:

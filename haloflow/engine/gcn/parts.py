@@ -26,9 +26,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-import torch.distributed as dist
 
-from haloflow.engine.comm import CommStats, peer_note, wait_work
+from haloflow.engine.comm import CommStats, start_all_to_all, wait_work
 from haloflow.engine.gcn.config import HaloConfig
 from haloflow.engine.logical import LogicalWorkers
 from haloflow.errors import ConfigError, DistributedError
@@ -229,15 +228,7 @@ class PartsExchange:
                 for p, i, r in zip(self.parts, ids, rows)]
 
     def _all_to_all(self, out, send, recv_counts, send_counts, kind: str):
-        if self.stats is not None:
-            self.stats.record(kind, send.numel() * send.element_size())
-        if self.group is None:
-            return None
-        try:
-            return dist.all_to_all_single(out, send, recv_counts, send_counts, group=self.group, async_op=True)
-        except RuntimeError as err:
-            raise DistributedError(f"{self.name}: could not launch the all-to-all - {peer_note()} "
-                                   f"({str(err).splitlines()[0][:300]})") from err
+        return start_all_to_all(out, send, recv_counts, send_counts, self.group, self.name, self.stats, kind)
 
 
 @dataclass
