@@ -43,11 +43,12 @@ def _dlrm(k: int, new: bool, tmp: Path, units: int | None) -> list[str]:
             *([] if new else ["--no-k-invariance"])]
 
 
+def _wikipedia() -> Path:
+    return data_root() / "temporal" / "jodie_wikipedia_edges.csv"
+
+
 def _tgn(k: int, new: bool, tmp: Path, units: int | None) -> list[str]:
-    events = data_root() / "temporal" / "jodie_wikipedia_edges.csv"
-    if not events.is_file():
-        raise FileNotFoundError(f"{events} not found: set HALOFLOW_DATA to the folder holding temporal/")
-    return ["tgn", "--events", str(events), "--epochs", "1", "--max-batches", str(units or 120), "--no-eval",
+    return ["tgn", "--events", str(_wikipedia()), "--epochs", "1", "--max-batches", str(units or 120), "--no-eval",
             *([] if new else ["--no-k-invariance"])]
 
 
@@ -117,9 +118,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     ks = [int(x) for x in args.ks.split(",")]
     if any(k not in (1, 2, 4) for k in ks):
         p.error(f"argument --ks: each K must host V = 4 logical workers (1, 2 or 4), got {args.ks!r}")
-    if "tgn" in families and not (data_root() / "temporal" / "jodie_wikipedia_edges.csv").is_file():
-        p.error(f"tgn needs {data_root() / 'temporal' / 'jodie_wikipedia_edges.csv'}: set HALOFLOW_DATA, or leave "
-                "tgn out of --families")
+    if "tgn" in families and not _wikipedia().is_file():
+        p.error(f"tgn needs {_wikipedia()}: set HALOFLOW_DATA, or leave tgn out of --families")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     results, rows = [], []
     with tempfile.TemporaryDirectory(prefix="haloflow-exactness-") as tmp:

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from haloflow.data.graph import CSRGraph, GraphDataset, check_disjoint_splits, max_plausible_nodes
-from haloflow.data.textscan import open_decompressed, read_int_rows
+from haloflow.data.textscan import arrow_threads, open_decompressed, read_int_rows
 from haloflow.errors import ConfigError, InputFormatError
 
 __all__ = ["read_ogb", "ogb_split_schemes"]
@@ -147,9 +147,7 @@ def _read_float_table(path: Path) -> np.ndarray:
     try:
         table = pacsv.read_csv(
             str(path),
-            # threads only for a large file: see data/temporal.py (an abort at exit after a short threaded read)
-            read_options=pacsv.ReadOptions(autogenerate_column_names=True,
-                                           use_threads=path.stat().st_size > (64 << 20)),
+            read_options=pacsv.ReadOptions(autogenerate_column_names=True, use_threads=arrow_threads(path)),
             parse_options=pacsv.ParseOptions(ignore_empty_lines=False),  # an empty label = unlabelled row
         )
     except pa.ArrowInvalid as err:

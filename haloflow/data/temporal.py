@@ -36,7 +36,8 @@ from pathlib import Path
 import numpy as np
 
 from haloflow.data.graph import max_plausible_nodes
-from haloflow.data.textscan import BLOCK_BYTES, codec_errors, first_problem, iter_token_blocks, open_decompressed
+from haloflow.data.textscan import (BLOCK_BYTES, arrow_threads, codec_errors, first_problem, iter_token_blocks,
+                                    open_decompressed)
 from haloflow.errors import ConfigError, InputFormatError
 
 __all__ = [
@@ -179,14 +180,11 @@ def _read_jodie_csv(path: Path) -> TemporalEvents:
     columns = [f"c{j}" for j in range(num_fields)]
     types = {c: pa.float32() for c in columns}
     types.update(c0=pa.int64(), c1=pa.int64(), c2=pa.float64())
-    # Arrow's reader threads only for a large file: a process that exits right after a short threaded read (a bad
-    # stream of one event, refused in one line) could abort at exit, "terminate called without an active exception"
-    threads = path.stat().st_size > (64 << 20)
     try:
         with open_decompressed(path) as f:
             table = pacsv.read_csv(
                 f,
-                read_options=pacsv.ReadOptions(skip_rows=1, column_names=columns, use_threads=threads),
+                read_options=pacsv.ReadOptions(skip_rows=1, column_names=columns, use_threads=arrow_threads(path)),
                 convert_options=pacsv.ConvertOptions(column_types=types, null_values=[""],
                                                      quoted_strings_can_be_null=False),
             )

@@ -61,6 +61,7 @@ from haloflow.utils.progress import progress_bar
 
 __all__ = [
     "open_decompressed",
+    "arrow_threads",
     "is_pipe",
     "PipeInput",
     "codec_errors",
@@ -105,6 +106,13 @@ def open_decompressed(path: str | os.PathLike) -> BinaryIO:
     path = Path(path)
     cls = _decompressor(path)
     return open(path, "rb") if cls is None else cls(path, "rb")
+
+
+def arrow_threads(path: str | os.PathLike) -> bool:
+    """Whether Arrow's CSV reader may use its thread pool on ``path``: only for a file past 64 MiB. A process that
+    exits right after a short threaded read (a bad stream refused in one line) could abort at exit ("terminate called
+    without an active exception", SIGABRT), and a small file gains nothing from the threads."""
+    return os.stat(path).st_size > (64 << 20)
 
 
 def _open_codec(cls, raw: BinaryIO) -> BinaryIO:

@@ -21,7 +21,7 @@ import zipfile
 from pathlib import Path
 
 __all__ = ["WRITTEN_BY", "stamped", "jsonl_log", "torch_model", "sharding_plan", "bench_results", "predict_table",
-           "plot_png", "PLOT_SOFTWARE", "PREDICT_CSV_HEADS"]
+           "plot_png", "PLOT_SOFTWARE"]
 
 WRITTEN_BY = "written_by"  # the key bench results carry: "haloflow bench NAME"
 _JSON_LIMIT = 64 << 20  # a results or plan file is far smaller; a larger file is someone's data
@@ -76,24 +76,22 @@ def bench_results(path: Path) -> bool:
 
 PLOT_SOFTWARE = "haloflow plot"  # the PNG's "Software" text chunk
 # the first columns of every table `haloflow predict` writes (pyarrow quotes CSV header names)
-PREDICT_CSV_HEADS = (b'"node_id","', b'"row","', b'"event","src","dst","')
+_PREDICT_CSV_HEADS = (b'"node_id","', b'"row","', b'"event","src","dst","')
 
 
 def predict_table(path: Path) -> bool:
     """A Parquet file that predict stamped in its schema's metadata, or a CSV that starts with predict's header."""
     with open(path, "rb") as f:
-        head = f.read(4)
-    if head == b"PAR1":
-        import pyarrow.parquet as pq
+        head = f.read(4096)
+    if not head.startswith(b"PAR1"):
+        return head.startswith(_PREDICT_CSV_HEADS)
+    import pyarrow.parquet as pq
 
-        try:
-            meta = pq.read_schema(path).metadata or {}
-        except (OSError, ValueError):
-            return False
-        return meta.get(WRITTEN_BY.encode(), b"").startswith(b"haloflow")
-    with open(path, "rb") as f:
-        first = f.readline(4096)
-    return first.startswith(PREDICT_CSV_HEADS)
+    try:
+        meta = pq.read_schema(path).metadata or {}
+    except (OSError, ValueError):
+        return False
+    return meta.get(WRITTEN_BY.encode(), b"").startswith(b"haloflow")
 
 
 def plot_png(path: Path) -> bool:

@@ -93,8 +93,7 @@ class DLRMPredictConfig:
         if self.table < 0:
             raise ConfigError(f"table must be >= 0, got {self.table}", field="table")
         object.__setattr__(self, "out", check_table_path(self.out, "--out", self.overwrite))
-        object.__setattr__(self, "embeddings", check_table_path(self.embeddings, "--embeddings",
-                                                                         self.overwrite))
+        object.__setattr__(self, "embeddings", check_table_path(self.embeddings, "--embeddings", self.overwrite))
         predict_runtime(self.device, self.timeout_s)
 
     def train_config(self, model: ModelFile):

@@ -267,7 +267,7 @@ class HaloExchange:
         send = self.buffer("send", ids.numel(), f, x.dtype, device=x.device)
         torch.index_select(x, 0, ids, out=send)  # (sum send, F)
         out = self.buffer("recv", sum(recv_counts), f, x.dtype, slot, device=x.device)  # (n_halo or kept, F)
-        work = self._all_to_all(out, send, recv_counts, send_counts, "halo")
+        work = start_all_to_all(out, send, recv_counts, send_counts, self.group, self.name, self.stats, "halo")
         self._event("launch:fwd")
         return _Inflight(work, out, selection)
 
@@ -298,7 +298,7 @@ class HaloExchange:
             send.mul_(selection.scale)
             send_counts, recv_counts = selection.recv_counts, selection.send_counts
         out = self.buffer("grecv", sum(recv_counts), f, grad_halo.dtype, slot, device=dev)
-        work = self._all_to_all(out, send, recv_counts, send_counts, "halo_grad")
+        work = start_all_to_all(out, send, recv_counts, send_counts, self.group, self.name, self.stats, "halo_grad")
         self._event("launch:bwd")
         return _Inflight(work, out, selection)
 
@@ -312,9 +312,6 @@ class HaloExchange:
         ids = self.ids_on(dev) if sel is None else self.ids_on(dev)[sel.send_rows.to(dev)]
         grad = torch.zeros(self.n_inner, inflight.out.shape[1], dtype=inflight.out.dtype, device=dev)
         return grad.index_add_(0, ids, inflight.out)  # sequential on CPU: a node sent to several ranks sums in rank order
-
-    def _all_to_all(self, out, send, recv_counts, send_counts, kind: str):
-        return start_all_to_all(out, send, recv_counts, send_counts, self.group, self.name, self.stats, kind)
 
 
 class HaloHandle:

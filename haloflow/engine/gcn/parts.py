@@ -168,7 +168,8 @@ class PartsExchange:
                 torch.index_select(hs[i], 0, ids[i][c.send_lo:c.send_lo + c.rows], out=send[c.at:c.at + c.rows])
         recv = torch.empty(sum(self.recv_counts), f, dtype=dtype, device=dev)  # (sum recv, F)
         self.buffer_types.update((send.device.type, recv.device.type))
-        work = self._all_to_all(recv, send, self.recv_counts, self.send_counts, "halo")
+        work = start_all_to_all(recv, send, self.recv_counts, self.send_counts, self.group, self.name, self.stats,
+                                "halo")
         self._event("launch:fwd")
         return recv, work
 
@@ -202,7 +203,8 @@ class PartsExchange:
                 for c in chunks:
                     send[c.at:c.at + c.rows].copy_(grads[self.hosted[c.dst]][c.halo_lo:c.halo_lo + c.rows])
         recv = torch.empty(sum(self.send_counts), f, dtype=dtype, device=dev)
-        work = self._all_to_all(recv, send, self.send_counts, self.recv_counts, "halo_grad")
+        work = start_all_to_all(recv, send, self.send_counts, self.recv_counts, self.group, self.name, self.stats,
+                                "halo_grad")
         self._event("launch:bwd")
         return recv, work
 
@@ -226,9 +228,6 @@ class PartsExchange:
         # sequential on CPU: a node sent to several parts sums in part order
         return [torch.zeros(p.n_inner, f, dtype=dtype, device=dev).index_add_(0, i, r)
                 for p, i, r in zip(self.parts, ids, rows)]
-
-    def _all_to_all(self, out, send, recv_counts, send_counts, kind: str):
-        return start_all_to_all(out, send, recv_counts, send_counts, self.group, self.name, self.stats, kind)
 
 
 @dataclass

@@ -85,8 +85,7 @@ class GCNPredictConfig:
         if self.nodes not in SPLITS:
             raise ConfigError(f"nodes must be one of {SPLITS}, got {self.nodes!r}", field="nodes")
         object.__setattr__(self, "out", check_table_path(self.out, "--out", self.overwrite))
-        object.__setattr__(self, "embeddings", check_table_path(self.embeddings, "--embeddings",
-                                                                         self.overwrite))
+        object.__setattr__(self, "embeddings", check_table_path(self.embeddings, "--embeddings", self.overwrite))
         predict_runtime(self.device, self.timeout_s)
 
     def train_config(self, model: ModelFile) -> GCNTrainConfig:

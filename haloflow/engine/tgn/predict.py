@@ -87,8 +87,7 @@ class TGNPredictConfig:
         if self.split not in SPLITS:
             raise ConfigError(f"split must be one of {SPLITS}, got {self.split!r}", field="split")
         object.__setattr__(self, "out", check_table_path(self.out, "--out", self.overwrite))
-        object.__setattr__(self, "embeddings", check_table_path(self.embeddings, "--embeddings",
-                                                                         self.overwrite))
+        object.__setattr__(self, "embeddings", check_table_path(self.embeddings, "--embeddings", self.overwrite))
         predict_runtime(self.device, self.timeout_s)
 
     def train_config(self, model: ModelFile):
