@@ -10,7 +10,7 @@
 Every batch is cut into V logical workers' slices (--logical-workers V: the partition folder's parts, else 4),
 each computed on its own and summed in one order fixed by V, so that any --nproc K dividing V trains the same
 model bit for bit (float32 included, the test AP too) and resumes at another such K bitwise. The price is the
-per-slice cost of V / K smaller batches per rank (V = 4 on 2 cores: 2.2x the step time at K = 1, 1.24x at K = 2);
+per-slice cost of V / K smaller batches per rank (V = 4 on 2 cores: 1.9-2.2x the step time at K = 1, 1.2x at K = 2);
 --no-k-invariance runs V = K.
 
 The stream is split 70/15/15 by time; 10% of the nodes are held out of training for the inductive test. At the

@@ -91,8 +91,9 @@ class DLRMTrainConfig:
                                          help="logical workers: the run's floats depend on V, not on --nproc "
                                          "(any --nproc that divides V with a power of two per rank)")
     no_k_invariance: bool = option(False, help="give up equal floats at every --nproc: V = --nproc, each rank one "
-                                   "product over its samples (the default's price on 2 CPU cores, batch 128: 1.08x "
-                                   "the step time at --nproc 1, none at --nproc 2; `haloflow bench exactness`)")
+                                   "product over its samples (the default's price on 2 CPU cores, batch 128: "
+                                   "0.98-1.08x the step time at --nproc 1, none at --nproc 2; `haloflow bench "
+                                   "exactness`)")
     optimizer: str = option("sgd", choices=ROW_OPTIMIZERS, parse=optimizer_name, help="optimizer of the tables "
                             "(rowwise-adagrad is rowwise_adagrad; adagrad and "
                             "rowwise_adagrad keep their state with the rows; the MLPs then use Adagrad)")

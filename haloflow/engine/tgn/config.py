@@ -72,7 +72,7 @@ class TGNTrainConfig:
         help="cut every batch into V fixed slices, each computed on its own in the same shapes and summed in one "
         "order fixed by V: the run computes the same bits at any --nproc K that divides V (V / K a power of two), "
         "and resumes bitwise at another such K. Price: each rank runs V / K smaller batches instead of one, about "
-        "2.2x the step time at K = 1 and 1.24x at K = 2 for V = 4 (Wikipedia, batch 200, 2 cores), none at K = V; "
+        "1.9-2.2x the step time at K = 1 and 1.2x at K = 2 for V = 4 (Wikipedia, batch 200, 2 cores), none at K = V; "
         "the same bytes")
     k_invariant: bool = option(
         True, "--no-k-invariance", negate=True,
