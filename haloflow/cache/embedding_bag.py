@@ -20,9 +20,9 @@ Shapes:
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
+from haloflow.cache.batched import pooled_sum
 from haloflow.cache.types import RowStore
 
 __all__ = ["CachedEmbeddingBag"]
@@ -59,14 +59,19 @@ class CachedEmbeddingBag(nn.Module):
             occ = self.store.gather(uniq).detach().index_select(0, inverse.to(self.store.device)).requires_grad_()
             self._pending.append((ids, occ))
             dev = occ.device
-            return F.embedding_bag(torch.arange(ids.numel(), device=dev), occ, offsets.to(dev), mode="sum",
-                                   include_last_offset=self.include_last_offset)  # (B, D)
+            return pooled_sum(occ, torch.arange(ids.numel(), device=dev), self._full(offsets, ids.numel(), dev))
         rows = self.store.gather(uniq).detach().requires_grad_(train)  # (u, D) leaf
         if train:
             self._pending.append((uniq, rows))
         dev = rows.device
-        return F.embedding_bag(inverse.to(dev), rows, offsets.to(dev), mode="sum",
-                               include_last_offset=self.include_last_offset)  # (B, D)
+        return pooled_sum(rows, inverse.to(dev), self._full(offsets, ids.numel(), dev))  # (B, D)
+
+    def _full(self, offsets: Tensor, nnz: int, dev) -> Tensor:
+        """(B+1,) bag bounds: ``offsets`` as given with ``include_last_offset``, else with nnz appended."""
+        offsets = offsets.to(dev)
+        if self.include_last_offset:
+            return offsets
+        return torch.cat([offsets, torch.tensor([nnz], dtype=offsets.dtype, device=dev)])
 
     def prefetch(self, ids: Tensor) -> None:
         """Start loading the next batch's rows (when the store can; a no-op for a `MemoryStore`)."""

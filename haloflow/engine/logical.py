@@ -206,6 +206,11 @@ class _SlicedLinear(torch.autograd.Function):
         x, weight = ctx.saved_tensors
         slices = list(ctx.slices)
         dx = dw = db = None
+        if len(slices) == 1:  # one worker: its sums whole (the bits tree_sum of one part gives)
+            dx = dy @ weight if ctx.needs_input_grad[0] else None
+            dw = dy.t() @ x if ctx.needs_input_grad[1] else None
+            db = dy.sum(0) if ctx.has_bias and ctx.needs_input_grad[2] else None
+            return dx, dw, db, None, None
         dys = dy.split(slices)
         if ctx.needs_input_grad[0]:
             dx = dy @ weight if ctx.whole else torch.cat([d @ weight for d in dys])

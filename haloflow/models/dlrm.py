@@ -167,6 +167,10 @@ class EmbeddingTables(nn.Module):
     def start(self, sparse: JaggedBatch) -> PooledHandle:
         return CompletedHandle(self(sparse))
 
+    def rectangles(self, replicas: bool = True) -> list:
+        """``(table, rows, cols, weight)`` of every table, whole (what checkpoints save and load)."""
+        return [(t, (0, bag.weight.shape[0]), (0, bag.weight.shape[1]), bag.weight) for t, bag in enumerate(self.tables)]
+
 
 def _mlp(widths: list[int], generator: torch.Generator | None, last_relu: bool) -> nn.Sequential:
     layers: list[nn.Module] = []

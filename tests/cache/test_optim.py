@@ -21,7 +21,18 @@ def _train_ours(w0, opt, batches, seed=1):
     return store.state_dict()
 
 
-def _train_torch(w0, make_opt, batches, seed=1, coalesce=False):
+def _in_order(grad):
+    """A sparse gradient coalesced with each row's occurrences summed in the order they come (as the stores sum
+    them; ``coalesce()`` orders a row's occurrences by its sort of the whole index array)."""
+    ids, vals = grad._indices()[0], grad._values()
+    rows = torch.unique(ids)
+    summed = torch.zeros(grad.shape, dtype=vals.dtype).index_add_(0, ids, vals)  # one occurrence at a time
+    return torch.sparse_coo_tensor(rows.unsqueeze(0), summed[rows], grad.shape, is_coalesced=True)
+
+
+def _train_torch(w0, make_opt, batches, seed=1, coalesce=False, in_order=True):
+    """nn.EmbeddingBag with a torch optimizer; ``in_order``: the sparse gradient summed per row in occurrence order
+    first (torch's optimizers then do their own arithmetic on it), ``coalesce``: by ``coalesce()`` first."""
     ref = nn.EmbeddingBag(N, D, mode="sum", sparse=True, _weight=w0.clone())
     opt = make_opt(ref.parameters())
     g = torch.Generator().manual_seed(seed)
@@ -31,6 +42,8 @@ def _train_torch(w0, make_opt, batches, seed=1, coalesce=False):
         (out * torch.randn(out.shape, generator=g)).sum().backward()
         if coalesce:
             ref.weight.grad = ref.weight.grad.coalesce()
+        elif in_order:
+            ref.weight.grad = _in_order(ref.weight.grad)
         opt.step()
     return ref.weight.detach(), opt
 
@@ -41,12 +54,15 @@ def setup(rng):
     return w0, zipf_batches(rng, N, STEPS, nnz=40, bags=8)
 
 
-def test_sgd_equals_torch_sgd_on_coalesced_gradients(setup):
-    # Same order of operations: each row's gradient summed over its occurrences, then w += -lr * g.
+def test_sgd_equals_torch_sgd_on_gradients_summed_in_order(setup):
+    # Same order of operations: each row's gradient summed over its occurrences in order, then w += -lr * g.
     w0, batches = setup
     ours = _train_ours(w0, SGD(lr=0.1), batches)
-    ref, _ = _train_torch(w0, lambda p: torch.optim.SGD(p, lr=0.1), batches, coalesce=True)
+    ref, _ = _train_torch(w0, lambda p: torch.optim.SGD(p, lr=0.1), batches)
     assert torch.equal(ours["weight"], ref)
+    # control: torch's coalesce() sums a row's occurrences in another order, which shows in the bits
+    other, _ = _train_torch(w0, lambda p: torch.optim.SGD(p, lr=0.1), batches, coalesce=True)
+    assert not torch.equal(ours["weight"], other)
 
 
 def test_sgd_matches_torch_sgd_on_raw_sparse_gradients(setup):
@@ -54,13 +70,13 @@ def test_sgd_matches_torch_sgd_on_raw_sparse_gradients(setup):
     # we add the summed gradient once: equal up to float32 rounding of the repeated adds, not bit for bit.
     w0, batches = setup
     ours = _train_ours(w0, SGD(lr=0.1), batches)
-    ref, _ = _train_torch(w0, lambda p: torch.optim.SGD(p, lr=0.1), batches)
+    ref, _ = _train_torch(w0, lambda p: torch.optim.SGD(p, lr=0.1), batches, in_order=False)
     assert not torch.equal(ours["weight"], ref)  # the orders do differ on this trace (repeated ids per batch)
     torch.testing.assert_close(ours["weight"], ref, rtol=1e-5, atol=1e-5)
 
 
 def test_adagrad_equals_torch_adagrad_bit_for_bit(setup):
-    # torch.optim.Adagrad coalesces a sparse gradient itself and then does what Adagrad.update does, in order.
+    # torch.optim.Adagrad, given the gradient summed per row in order, does what Adagrad.update does, in order.
     w0, batches = setup
     ours = _train_ours(w0, Adagrad(lr=0.1), batches)
     ref, opt = _train_torch(w0, lambda p: torch.optim.Adagrad(p, lr=0.1), batches)

@@ -26,25 +26,9 @@ def _rectangles(embeddings: nn.Module, replicas: bool) -> list[tuple[int, tuple[
     """``(table, rows, cols, holder)`` of every rectangle of this rank (its data-parallel replicas too with
     ``replicas``: every rank loads them, rank 0 alone saves them); ``holder`` is an ``nn.Parameter`` or a row
     store."""
-    out = []
-    if hasattr(embeddings, "slots"):  # ShardedEmbeddingCollection
-        L = embeddings.layout
-        shard_bags = list(getattr(embeddings, "shard_bags", ()))
-        replica_bags = list(getattr(embeddings, "replica_bags", ()))
-        for i, s in enumerate(embeddings.slots):
-            holder = shard_bags[i].store if shard_bags else embeddings.shards[i]
-            out.append((s.table, (s.row_offset, s.row_offset + s.num_rows), (s.col_offset, s.col_offset + s.num_cols),
-                        holder))
-        if replicas:
-            for i, t in enumerate(L.dp_tables):
-                holder = replica_bags[i].store if replica_bags else embeddings.replicas[i]
-                out.append((t, (0, L.table_rows[t]), (0, L.dim), holder))
-        return out
-    if hasattr(embeddings, "bags"):  # StoreTables
-        return [(t, (0, b.store.num_rows), (0, b.store.dim), b.store) for t, b in enumerate(embeddings.bags)]
-    if hasattr(embeddings, "tables"):  # EmbeddingTables
-        return [(t, (0, bag.weight.shape[0]), (0, bag.weight.shape[1]), bag.weight)
-                for t, bag in enumerate(embeddings.tables)]
+    rectangles = getattr(embeddings, "rectangles", None)
+    if rectangles is not None:
+        return rectangles(replicas)
     raise TypeError(f"cannot checkpoint tables of type {type(embeddings).__name__}")
 
 

@@ -165,9 +165,9 @@ def parallelize_dlrm(config: DLRMConfig, plan: ShardingPlan, group: Group | None
         PlanError: the plan does not fit the tables or the group's size.
         ConfigError: a ``dtype`` other than float32 with ``stores``.
     """
-    if stores is not None and dtype not in (None, torch.float32):
-        raise ConfigError(f"row stores hold float32 rows, but dtype {dtype} was asked for: expected dtype=None "
-                          "or stores=None", field="dtype")
+    if stores is not None and dtype not in (None, stores.dtype):
+        raise ConfigError(f"the row stores hold {stores.dtype} rows, but dtype {dtype} was asked for: expected "
+                          "the stores' dtype (ShardStores(dtype=...)), None, or stores=None", field="dtype")
     # 1. tables: this rank's shards and replicas, built in place (once they fit what this host has free)
     rank = dist.get_rank(group) if group is not None else 0
     per = max(plan.world_size // (dist.get_world_size(group) if group is not None else 1), 1)  # logical per rank

@@ -43,6 +43,7 @@ from haloflow.cache import (
     RowStore,
     make_optimizer,
 )
+from haloflow.cache.batched import BatchedTables
 from haloflow.errors import ConfigError
 
 __all__ = ["ShardStores", "store_bytes"]
@@ -61,6 +62,7 @@ class ShardStores:
             afresh), for tables larger than host memory; None: in host memory.
         histograms: the count of every row of every table in the data (one int64 (rows,) array a table), which
             the "frequency" policy ranks rows by (Colossal-AI's); a store gets the slice of its own rows.
+        dtype: floating type of uncached rows (float64 for parity checks); a cache holds float32 rows.
     """
 
     optimizer: RowOptimizer
@@ -68,12 +70,23 @@ class ShardStores:
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     backing_dir: Path | None = None
     histograms: tuple[np.ndarray, ...] | None = None
+    dtype: torch.dtype = torch.float32
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "optimizer", make_optimizer(self.optimizer))
         object.__setattr__(self, "device", torch.device(self.device))
         if self.backing_dir is not None:
             object.__setattr__(self, "backing_dir", Path(self.backing_dir))
+
+    def batches(self, slots) -> bool:
+        """Whether ``slots`` go into one ``BatchedTables`` (one lookup and update for all): none cached, one width."""
+        return (bool(slots) and self.cache is None and all(s.cache_rows is None for s in slots)
+                and len({s.num_cols for s in slots}) == 1)
+
+    def make_batch(self, slots, init, names) -> BatchedTables:
+        """One ``BatchedTables`` of ``slots`` (``init(i)``: slot i's initial rows), on ``device`` in ``dtype``."""
+        return BatchedTables([s.num_rows for s in slots], slots[0].num_cols, self.optimizer,
+                             init=init, device=self.device, dtype=self.dtype, names=names)
 
     def make(self, name: str, weight: Tensor, *, cache_rows: int | None = None, table: int | None = None,
              rows: tuple[int, int] | None = None) -> RowStore:
@@ -82,7 +95,10 @@ class ShardStores:
         first and last + 1 row in the table) say which rows it holds, for the "frequency" policy's histogram."""
         n, d = (int(x) for x in weight.shape)
         if cache_rows is None and self.cache is None:
-            return MemoryStore(weight.to(self.device), self.optimizer, name=name)
+            return MemoryStore(weight.to(self.device, self.dtype), self.optimizer, name=name)
+        if self.dtype != torch.float32:
+            raise ConfigError(f"table {name!r}: a cache holds float32 rows, but dtype {self.dtype} was asked for",
+                              field="dtype")
         slots = int(cache_rows) if cache_rows is not None else self.cache.slots_for(n)
         if not 1 <= slots <= n:
             raise ConfigError(f"table {name!r}: {slots} cache slots for a shard of {n} rows; expected 1..{n}",

@@ -34,6 +34,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from haloflow.cache import CachedEmbeddingBag, CacheStats
+from haloflow.cache.batched import BatchedTables
 from haloflow.data.jagged import JaggedBatch
 from haloflow.engine.comm import CommStats, Group, group_rank, group_size
 from haloflow.engine.dlrm.embedding_dist import (
@@ -50,6 +51,16 @@ from haloflow.kernels.keyed_uniform import keyed_uniform_rows
 from haloflow.partition.planner.types import ShardingPlan, ShardingType, Storage
 
 __all__ = ["ShardedEmbeddingCollection", "ShardedPooledHandle"]
+
+
+class CompletedHandle:
+    """A lookup that needed no exchange; ``wait()`` returns its pooled (B_r, T, D)."""
+
+    def __init__(self, value: Tensor):
+        self._value = value
+
+    def wait(self) -> Tensor:
+        return self._value
 
 
 class ShardedPooledHandle:
@@ -121,7 +132,12 @@ class ShardedEmbeddingCollection(nn.Module):
         def rect(s: Slot) -> Tensor:
             return init(s.table, (s.row_offset, s.row_offset + s.num_rows), (s.col_offset, s.col_offset + s.num_cols))
 
-        # Either parameters (a torch optimizer steps them) or row stores (``step()`` does), never both.
+        # Either parameters (a torch optimizer steps them) or row stores (``step()`` does), never both; row stores
+        # of uncached shards of one width are one ``BatchedTables`` (``_batch``), else one store per shard.
+        self._batch: BatchedTables | None = None
+        self._bag_slots: dict[tuple[int, ...], Tensor] = {}  # every received bag's slot, per batch sizes
+        self.check_ids = True  # ids checked against their tables in ``start`` (a caller that checked them first
+        # on the host sets False: the check reads a device value)
         self.replicas, self.shards = nn.ParameterList(), nn.ParameterList()
         self.replica_bags, self.shard_bags = nn.ModuleList(), nn.ModuleList()
         if stores is None:
@@ -134,10 +150,14 @@ class ShardedEmbeddingCollection(nn.Module):
                                     rows=(0, layout.table_rows[t]))
                 self.replica_bags.append(CachedEmbeddingBag(store, include_last_offset=True,
                                                             per_occurrence=k_invariant))
-            for s in self.slots:
-                store = stores.make(_slot_name(s), rect(s), cache_rows=s.cache_rows, table=s.table,
-                                    rows=(s.row_offset, s.row_offset + s.num_rows))
-                self.shard_bags.append(CachedEmbeddingBag(store, include_last_offset=True))
+            if stores.batches(self.slots):  # every shard uncached, one width: one lookup and update for all
+                self._batch = stores.make_batch(self.slots, lambda i: rect(self.slots[i]),
+                                                [_slot_name(s) for s in self.slots])
+            else:
+                for s in self.slots:
+                    store = stores.make(_slot_name(s), rect(s), cache_rows=s.cache_rows, table=s.table,
+                                        rows=(s.row_offset, s.row_offset + s.num_rows))
+                    self.shard_bags.append(CachedEmbeddingBag(store, include_last_offset=True))
         self._replica_grads: list[tuple[Tensor, Tensor]] = []  # summed (ids, grads) of the replicas, for step()
         self._pooled_w, self._rw_w = layout.widths(rw=False), layout.widths(rw=True)
         self.batch_sizes: Sequence[int] | None = None  # every rank's B_r for the next lookup (None: ask them)
@@ -149,6 +169,13 @@ class ShardedEmbeddingCollection(nn.Module):
         self.register_buffer("_rw_cols", layout.columns(rw=True).to(dev), persistent=False)
         self.register_buffer("_rows", torch.tensor(layout.table_rows, dtype=torch.int64, device=dev),
                              persistent=False)
+        self.register_buffer("_pooled_slots", torch.tensor([i for i, s in enumerate(self.slots) if s.sharding is not RW],
+                                                           dtype=torch.int64, device=dev), persistent=False)
+        self.register_buffer("_rw_slots", torch.tensor([i for i, s in enumerate(self.slots) if s.sharding is RW],
+                                                       dtype=torch.int64, device=dev), persistent=False)
+        self._local_in_order = (self._batch is not None and K == 1 and not layout.dp_tables
+                                and [s.table for s in self.slots] == list(range(layout.num_tables))
+                                and all(s.sharding is not RW for s in self.slots))
         for t in layout.rw_tables:
             self.register_buffer(f"_bounds{t}", torch.tensor(layout.row_bounds(t), dtype=torch.int64, device=dev),
                                  persistent=False)
@@ -193,6 +220,25 @@ class ShardedEmbeddingCollection(nn.Module):
 
         return cls(layout, init, group=group, **kwargs)
 
+    def slot_stores(self) -> list:
+        """The row store of every slot of this rank, in slot order (row stores only)."""
+        if self._batch is not None:
+            return [self._batch.table(i) for i in range(len(self.slots))]
+        return [bag.store for bag in self.shard_bags]
+
+    def rectangles(self, replicas: bool) -> list[tuple[int, tuple[int, int], tuple[int, int], object]]:
+        """``(table, rows, cols, holder)`` of every rectangle this rank holds (with ``replicas``, its data-parallel
+        replicas too: every rank loads them, rank 0 alone saves them); ``holder`` is an ``nn.Parameter`` or a
+        row store. What checkpoints save and load (``engine/dlrm/checkpoint.py``)."""
+        L = self.layout
+        holders = self.slot_stores() if self.stores is not None else list(self.shards)
+        out = [(s.table, (s.row_offset, s.row_offset + s.num_rows), (s.col_offset, s.col_offset + s.num_cols), h)
+               for s, h in zip(self.slots, holders)]
+        if replicas:
+            reps = [b.store for b in self.replica_bags] if self.stores is not None else list(self.replicas)
+            out += [(t, (0, L.table_rows[t]), (0, L.dim), h) for t, h in zip(L.dp_tables, reps)]
+        return out
+
     def storage(self) -> Storage:
         """Bytes of this rank's embedding storage, on the device and in host memory: the rows of its shards and
         replicas, and with row stores their optimizer state and cache slots (a cache's rows counted twice: in
@@ -200,7 +246,8 @@ class ShardedEmbeddingCollection(nn.Module):
         and is not counted."""
         if self.stores is None:
             return Storage(device=sum(p.numel() * p.element_size() for p in [*self.replicas, *self.shards]))
-        device = host = 0
+        device = self._batch.nbytes if self._batch is not None else 0
+        host = 0
         for bag in [*self.replica_bags, *self.shard_bags]:
             d, h = store_bytes(bag.store)
             device, host = device + d, host + h
@@ -221,7 +268,8 @@ class ShardedEmbeddingCollection(nn.Module):
     def forward(self, sparse: JaggedBatch, batch_sizes: Sequence[int] | None = None) -> Tensor:
         return self.start(sparse, batch_sizes).wait()
 
-    def start(self, sparse: JaggedBatch, batch_sizes: Sequence[int] | None = None) -> ShardedPooledHandle:
+    def start(self, sparse: JaggedBatch, batch_sizes: Sequence[int] | None = None
+              ) -> ShardedPooledHandle | CompletedHandle:
         """Start a lookup of this rank's slice of the global batch; see the module docstring.
 
         Args:
@@ -233,7 +281,11 @@ class ShardedEmbeddingCollection(nn.Module):
         if sparse.num_features != L.num_tables:
             raise ConfigError(f"sparse batch has {sparse.num_features} features but the plan has {L.num_tables} tables")
         sizes = self._batch_sizes(sparse.batch_size, batch_sizes if batch_sizes is not None else self.batch_sizes)
-        feats = self._split_and_check(sparse)  # T x (lengths (B_r,), ids)
+        if self.check_ids:
+            self._check_ids(sparse)
+        if self._local_in_order:  # one rank, every table once, in order: the batch is its own input and output dist
+            return CompletedHandle(self._batch_lookup(sparse.lengths.reshape(-1), sparse.values, sizes))  # (B, T, D)
+        feats = self._split(sparse)  # T x (lengths (B_r,), ids)
         handle = None
         if any(L.slots):
             lengths, values = self._route(feats, sparse.batch_size)
@@ -242,12 +294,21 @@ class ShardedEmbeddingCollection(nn.Module):
         dp = self._dp_lookup(feats, sparse.batch_size)  # while the lengths are in flight
         pooled = rw = None
         if handle is not None:
-            outputs = self._shard_lookup(handle.wait(), sizes)  # per slot (B_global, cols)
-            if L.pooled_tables:
-                pooled = self._exchange([o for o, s in zip(outputs, self.slots) if s.sharding is not RW],
-                                        sizes, rw=False)
-            if L.rw_tables:
-                rw = self._exchange([o for o, s in zip(outputs, self.slots) if s.sharding is RW], sizes, rw=True)
+            received = handle.wait()
+            if self._batch is not None:  # (B_global, n, cols): every slot's bags at once
+                grouped = self._batch_lookup(received.lengths, received.values, sizes)
+                if L.pooled_tables:
+                    pooled = self._exchange(grouped.index_select(1, self._pooled_slots), sizes, rw=False)
+                if L.rw_tables:
+                    rw = self._exchange(grouped.index_select(1, self._rw_slots), sizes, rw=True)
+            else:
+                outputs = self._shard_lookup(received, sizes)  # per slot (B_global, cols)
+                if L.pooled_tables:
+                    pooled = self._exchange([o for o, s in zip(outputs, self.slots) if s.sharding is not RW],
+                                            sizes, rw=False)
+                if L.rw_tables:
+                    rw = self._exchange([o for o, s in zip(outputs, self.slots) if s.sharding is RW], sizes,
+                                        rw=True)
         return ShardedPooledHandle(dp, pooled, rw, None if self._order_is_identity else self._order, L.dim)
 
     def _batch_sizes(self, local: int, given: Sequence[int] | None) -> list[int]:
@@ -266,18 +327,37 @@ class ShardedEmbeddingCollection(nn.Module):
         self.stats.record("batch_sizes", 8 * (K - 1))
         return [int(x) for x in out]
 
-    def _split_and_check(self, sparse: JaggedBatch) -> list[tuple[Tensor, Tensor]]:
+    def _check_ids(self, sparse: JaggedBatch) -> None:
+        """Every id must name a row of its table (a remote rank could not say which): one pass over nnz, and a
+        device value read (a sync on an accelerator; a trainer that checked its batch on the host skips it)."""
         bounds = sparse.feature_offsets()  # (T+1,)
         ids = sparse.values
-        # One pass over nnz: every id must name a row of its table (a remote rank could not say which).
-        limit = torch.repeat_interleave(self._rows, bounds.diff())  # (nnz,)
+        limit = torch.repeat_interleave(self._rows, bounds.diff(), output_size=ids.numel())  # (nnz,)
         bad = (ids < 0) | (ids >= limit)
-        b = bounds.tolist()  # T+1 numbers (a device sync on an accelerator)
         if bool(bad.any()):
             i = int(bad.nonzero()[0])
-            t = bisect.bisect_right(b, i) - 1
+            t = bisect.bisect_right(bounds.tolist(), i) - 1
             raise ConfigError(f"sparse feature {t}: id {int(ids[i])} outside table {t}'s rows 0..{int(self._rows[t]) - 1}")
-        return [(sparse.lengths[t], ids[b[t]:b[t + 1]]) for t in range(sparse.num_features)]
+
+    def _split(self, sparse: JaggedBatch) -> list[tuple[Tensor, Tensor]]:
+        b = sparse.feature_offsets().tolist()  # T+1 numbers (a device sync on an accelerator)
+        return [(sparse.lengths[t], sparse.values[b[t]:b[t + 1]]) for t in range(sparse.num_features)]
+
+    def _batch_lookup(self, lengths: Tensor, values: Tensor, sizes: list[int]) -> Tensor:
+        """Every received bag in one lookup of ``_batch``: lengths (n * B_global,) in blocks (n, B_s) per source,
+        in rank order, and their ids -> (B_global, n, cols), samples in global order."""
+        n = len(self.slots)
+        key = tuple(sizes)
+        slots = self._bag_slots.get(key)
+        if slots is None:  # the slot of every bag: known from the sizes alone (cached: two sizes a run at most)
+            per = torch.arange(n, device=self._rows.device)
+            slots = torch.cat([per.repeat_interleave(b) for b in sizes])
+            self._bag_slots[key] = slots
+        pooled = self._batch.lookup(values, lengths, slots, train=self.training and torch.is_grad_enabled())
+        if len(sizes) == 1:
+            return pooled.view(n, sizes[0], -1).transpose(0, 1)  # (B, n, cols)
+        return torch.cat([blk.view(n, b, -1).transpose(0, 1) for blk, b in zip(pooled.split([n * b for b in sizes]),
+                                                                             sizes)])  # (B_global, n, cols)
 
     def _route(self, feats: list[tuple[Tensor, Tensor]], B: int) -> tuple[list[Tensor], list[Tensor]]:
         """Per destination rank: lengths (n_d, B) and values of its slots (row-wise ids bucketised)."""
@@ -334,9 +414,14 @@ class ShardedEmbeddingCollection(nn.Module):
                 outputs.append(self.shard_bags[i](ids, _offsets(lens)))  # (B_global, cols)
         return outputs
 
-    def _exchange(self, outputs: list[Tensor], sizes: list[int], rw: bool) -> PooledExchangeHandle:
+    def _exchange(self, outputs: list[Tensor] | Tensor, sizes: list[int], rw: bool) -> PooledExchangeHandle:
+        """Start the output dist of per-slot outputs (B_global, cols) side by side (a list, or (B_global, n,
+        cols) of one width)."""
         tables = self.layout.rw_tables if rw else self.layout.pooled_tables
-        send = torch.cat(outputs, dim=1) if outputs else torch.zeros(sum(sizes), 0, device=self._rows.device)
+        if isinstance(outputs, Tensor):
+            send = outputs.reshape(outputs.shape[0], -1)
+        else:
+            send = torch.cat(outputs, dim=1) if outputs else torch.zeros(sum(sizes), 0, device=self._rows.device)
         return pooled_exchange(
             send, sizes, self._rw_w if rw else self._pooled_w, self._rw_cols if rw else self._pooled_cols,
             len(tables) * self.layout.dim, group=self.group, stats=self.stats,
@@ -410,6 +495,8 @@ class ShardedEmbeddingCollection(nn.Module):
     def step(self) -> None:
         """Apply the last backward's row gradients in every store (after ``sync_grads``); nothing to do for
         parameters (a torch optimizer steps them)."""
+        if self._batch is not None:
+            self._batch.step()
         for bag in self.shard_bags:
             bag.step()
         grads, self._replica_grads = self._replica_grads, []
@@ -420,7 +507,7 @@ class ShardedEmbeddingCollection(nn.Module):
         """Hits, misses and bytes of every cached store, summed over this rank's stores and over the ranks (a
         collective when the tables live in stores: every rank calls it together, as the trainer does)."""
         total = CacheStats()
-        for bag in [*self.replica_bags, *self.shard_bags]:
+        for bag in [*self.replica_bags, *self.shard_bags]:  # a batch of tables has no cache
             stats = getattr(bag.store, "stats", None)
             if stats is not None:
                 total = total + stats
@@ -452,7 +539,7 @@ class ShardedEmbeddingCollection(nn.Module):
             local = list(self.shards)
             replicas = [w.detach() for w in self.replicas]
         else:
-            local = [bag.store.state_dict()[array] for bag in self.shard_bags]
+            local = [store.state_dict()[array] for store in self.slot_stores()]
             replicas = [bag.store.state_dict()[array] for bag in self.replica_bags]
         dev = self._rows.device
         sharded = [t for t in range(L.num_tables) if t not in L.dp_tables]

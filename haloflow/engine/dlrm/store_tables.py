@@ -96,6 +96,10 @@ class StoreTables(nn.Module):
                 total = total + stats
         return total
 
+    def rectangles(self, replicas: bool = True) -> list:
+        """``(table, rows, cols, store)`` of every table, whole (what checkpoints save and load)."""
+        return [(t, (0, b.store.num_rows), (0, b.store.dim), b.store) for t, b in enumerate(self.bags)]
+
     def state_dict_rows(self) -> list[dict[str, Tensor]]:
         """Every table's weights and optimizer state (cached rows flushed first)."""
         return [bag.store.state_dict() for bag in self.bags]

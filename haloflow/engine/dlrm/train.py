@@ -246,11 +246,10 @@ def build_dlrm(config: DLRMTrainConfig, data: _Data, layout: ParallelLayout, ste
     logical ranks of ``workers``), hosted by the K ranks (V / K logical ranks each; at K = 1 every table on the
     one rank), built in place (no rank allocates a table it does not own).
 
-    Tables go into row stores (the optimizer fused, hot rows optionally cached) for ``--optimizer adagrad`` /
-    ``rowwise_adagrad``, ``--cache-ratio``, or a plan that caches a table; otherwise they are parameters, each
-    rank's shards updated by SGD fused into their backward (the floats of SGD on their sparse gradients) and the
-    data-parallel replicas by the torch optimizer after their gradients are summed. Data-parallel replicas go
-    into stores too when the shards do (never parameters), so that every table gets the same optimizer.
+    Tables live in row stores with the optimizer fused (``--optimizer``: SGD, Adagrad, row-wise Adagrad), the
+    data-parallel replicas too: uncached shards of one width as one ``BatchedTables`` (one lookup and one update
+    for all of them, nothing in a step reading a device value), cached ones (``--cache-ratio``, a plan's cached
+    tables) one store each.
     """
     table_sizes, num_dense = data.table_sizes, data.num_dense
     model_config = DLRMConfig(table_sizes=table_sizes, num_dense=num_dense, embedding_dim=config.embedding_dim,
@@ -264,21 +263,34 @@ def build_dlrm(config: DLRMTrainConfig, data: _Data, layout: ParallelLayout, ste
                               field="plan")
     else:
         plan = table_wise_plan(table_sizes, config.embedding_dim, workers.v)
-    plan_caches = any(tp.cache_rows is not None for tp in plan.tables)
-    stores = None
-    if config.cache_ratio is not None or config.optimizer != "sgd" or plan_caches:
-        from haloflow.cache import CacheConfig, make_optimizer
-        from haloflow.engine.dlrm.shard_stores import ShardStores
+    from haloflow.cache import CacheConfig, make_optimizer
+    from haloflow.engine.dlrm.shard_stores import ShardStores
 
-        cache = (CacheConfig(ratio=config.cache_ratio, policy=config.cache_policy)
-                 if config.cache_ratio is not None else None)
-        histograms = row_counts(data, steps) if cache is not None and cache.policy == "frequency" else None
-        stores = ShardStores(optimizer=make_optimizer({"name": config.optimizer, "lr": config.lr}), cache=cache,
-                             device=layout.device, histograms=histograms)
-    return parallelize_dlrm(model_config, plan, layout.group, dp_grad=config.dp_grad, device=layout.device,
-                            stores=stores, dtype=getattr(torch, config.dtype),
-                            fused_sgd_lr=config.lr if stores is None else None,
-                            k_invariant=not config.no_k_invariance)
+    cache = (CacheConfig(ratio=config.cache_ratio, policy=config.cache_policy)
+             if config.cache_ratio is not None else None)
+    histograms = row_counts(data, steps) if cache is not None and cache.policy == "frequency" else None
+    dtype = getattr(torch, config.dtype)
+    stores = ShardStores(optimizer=make_optimizer({"name": config.optimizer, "lr": config.lr}), cache=cache,
+                         device=layout.device, histograms=histograms, dtype=dtype)
+    net = parallelize_dlrm(model_config, plan, layout.group, dp_grad=config.dp_grad, device=layout.device,
+                           stores=stores, dtype=dtype, k_invariant=not config.no_k_invariance)
+    net.embeddings.check_ids = False  # the trainer checks each batch's ids on the host (``check_batch_ids``)
+    return net
+
+
+def check_batch_ids(batch: ClickBatch, table_sizes: tuple[int, ...], where: str) -> None:
+    """Every id of a global batch (on the host) names a row of its table; else a ``ConfigError`` naming the
+    feature, the id and the table's rows. NumPy on the host: the step itself then never reads a device value."""
+    sparse = batch.sparse
+    counts = sparse.lengths.sum(1).numpy()  # (T,)
+    ids = sparse.values.numpy()
+    limit = np.repeat(np.asarray(table_sizes, dtype=np.int64), counts)  # (nnz,)
+    bad = (ids < 0) | (ids >= limit)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        t = int(np.searchsorted(np.cumsum(counts), i, side="right"))
+        raise ConfigError(f"{where}: sparse feature {t}: id {int(ids[i])} outside table {t}'s rows "
+                          f"0..{table_sizes[t] - 1}")
 
 
 def _local(batch: ClickBatch, layout: ParallelLayout, dtype: torch.dtype,
@@ -299,6 +311,8 @@ def slice_losses(logits: torch.Tensor, labels: torch.Tensor, slices: list[int], 
     """Each logical worker's share of the global mean loss, (V/K,): the BCE sum over its slice / B, one sum per
     slice in the slice's shape (its bits do not depend on K). Their sum is the rank's loss; ``tree_sum`` of
     them, then over the ranks, the step's loss."""
+    if len(slices) == 1:  # the rank's samples are one slice
+        return dlrm_loss(logits, labels, global_batch_size=batch_size).unsqueeze(0)
     return torch.stack([dlrm_loss(x, y, global_batch_size=batch_size)
                         for x, y in zip(logits.split(slices), labels.split(slices))])
 
@@ -325,7 +339,10 @@ class DLRMFamily:
         self.logical_workers = self.workers.v  # the summary names V beside K
         self.net = build_dlrm(cfg, self.data, rt.layout, min(self.total, self.per_epoch), self.workers)
         dense_opt = torch.optim.Adagrad if cfg.optimizer != "sgd" else torch.optim.SGD
-        self.opt = dense_opt([p for p in self.net.parameters() if p.requires_grad], lr=cfg.lr)
+        # fused (foreach where torch has no fused Adagrad: on CUDA): one op per update for all MLP tensors, and
+        # no read of Adagrad's step count (a device value) per tensor
+        one_op = {"fused": True} if cfg.optimizer == "sgd" or rt.layout.device.type == "cpu" else {"foreach": True}
+        self.opt = dense_opt([p for p in self.net.parameters() if p.requires_grad], lr=cfg.lr, **one_op)
         self.devices = {"model": {p.device.type for p in self.net.parameters()}, "batches": set()}
 
     # ------------------------------------------------------------------------------------------ checkpoints
@@ -366,17 +383,12 @@ class DLRMFamily:
     def train_unit(self, index: int) -> StepLog:
         cfg, lay, net = self.config, self.rt.layout, self.net
         batch = next(self.stream)
+        check_batch_ids(batch, self.data.table_sizes, f"training batch {index + 1}")
         mine, sizes = _local(batch, lay, self.dtype, self.workers)
         slices = self.workers.my_slices(batch.batch_size)
         if not self.devices["batches"]:  # where the batches land is decided once, by the first
             self.devices["batches"] = {t.device.type for t in (mine.dense, mine.sparse.values, mine.labels)}
-        self.opt.zero_grad(set_to_none=True)
-        net.stats.reset()
-        logits = net(mine.dense, mine.sparse, sizes, slices)  # (B_r,)
-        losses = slice_losses(logits, mine.labels, slices, batch.batch_size)  # (V/K,)
-        losses.sum().backward()  # each sample's gradient is (p - y) / B whatever the slices
-        net.finish_step()  # gradient sync; the row stores' fused update
-        self.opt.step()
+        losses = self.step(mine, sizes, slices, batch.batch_size)
         self.comm += net.stats.total()
         # the global mean: this rank's slices by the tree, then the ranks' (the V-tree; a sync, for the log)
         step_loss = float(rank_tree_sum(tree_sum(losses.detach().unbind(0)), lay.group))
@@ -388,6 +400,19 @@ class DLRMFamily:
         rate = (step - self.start) * batch.batch_size / (time.perf_counter() - self.t0)
         return StepLog(step=step, loss=step_loss, window_loss=sum(window) / len(window), samples_per_s=rate,
                        cache=_cache_record(net.embeddings) if logged else {}, logged=logged)
+
+    def step(self, mine: ClickBatch, sizes: list[int], slices: list[int], batch_size: int) -> torch.Tensor:
+        """One training step on this rank's slice of a global batch: forward, backward, the gradient syncs and
+        both optimizers. Returns the slices' losses (V/K,), still on the device (nothing here reads one)."""
+        net = self.net
+        self.opt.zero_grad(set_to_none=True)
+        net.stats.reset()
+        logits = net(mine.dense, mine.sparse, sizes, slices)  # (B_r,)
+        losses = slice_losses(logits, mine.labels, slices, batch_size)  # (V/K,)
+        losses.sum().backward()  # each sample's gradient is (p - y) / B whatever the slices
+        net.finish_step()  # gradient sync; the row stores' fused update
+        self.opt.step()
+        return losses
 
     def finish(self) -> None:
         pass

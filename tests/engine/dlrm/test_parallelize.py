@@ -90,8 +90,20 @@ def test_a_group_of_one_in_row_stores_trains_bit_for_bit_what_store_tables_train
 
 def test_row_stores_refuse_weights_of_another_type():
     stores = ShardStores(optimizer=make_optimizer({"name": "sgd", "lr": 0.1}))
-    with pytest.raises(ConfigError, match="row stores hold float32 rows, but dtype torch.float64 was asked for"):
+    with pytest.raises(ConfigError, match="row stores hold torch.float32 rows, but dtype torch.float64 was asked for"):
         parallelize_dlrm(CONFIG, PLAN, None, stores=stores, dtype=torch.float64)
+
+
+def test_float64_row_stores_train_in_float64():
+    stores = ShardStores(optimizer=make_optimizer({"name": "adagrad", "lr": 0.1}), dtype=torch.float64)
+    net = parallelize_dlrm(CONFIG, PLAN, None, stores=stores, dtype=torch.float64)
+    dense, sparse, labels = common.global_batches(1, 5)[0]
+    before = [s.state_dict()["weight"].clone() for s in net.embeddings.slot_stores()]
+    dlrm_loss(net(dense.double(), sparse), labels.double()).backward()
+    net.finish_step()
+    after = [s.state_dict()["weight"] for s in net.embeddings.slot_stores()]
+    assert {w.dtype for w in after} == {torch.float64}
+    assert any(not torch.equal(a, b) for a, b in zip(before, after))  # the step reached the tables
 
 
 def test_float64_weights_stay_float64_through_a_step():
