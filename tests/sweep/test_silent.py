@@ -54,6 +54,10 @@ CASES = [
                                                "{tmp}/ck", "--checkpoint-every", "1"), 1,
          "the last good checkpoint is {tmp}/ck/step-00000001"),
     Case("gcn-nan-loss-allowed", (*GCN, "--lr", "1e30", "--allow-nonfinite"), 0, "test acc"),
+    # DLRM reads its losses back once per --log-every steps: a checkpoint due before that reads them first
+    Case("dlrm-nan-loss-writes-no-checkpoint", (*DLRM, "--lr", "1e30", "--checkpoint-dir", "{tmp}/ck",
+                                                "--checkpoint-every", "2"), 1,
+         "the run stopped before writing a checkpoint of it"),
     Case("gcn-zero-val-nodes", (*_ONE, "--dataset", "{in}/noval"), 0, "skipped (no val nodes)"),
     Case("dlrm-zero-val-rows", (*DLRM[:8], "0", *DLRM[9:]), 0, "skipped (no validation rows)"),
     Case("newest-checkpoint-without-manifest", (*GCN[:5], "4", *GCN[6:], "--resume", "{tmp}/ck"), 2,

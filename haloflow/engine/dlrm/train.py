@@ -38,13 +38,13 @@ from haloflow.engine.dlrm.parallelize import DistributedDLRM, parallelize_dlrm
 from haloflow.engine.logical import LogicalWorkers, rank_tree_sum, tree_sum
 from haloflow.engine.runtime import ParallelLayout, Runtime, TrainResult, to_device
 from haloflow.engine.trainer import Exported, RunInfo, run
-from haloflow.errors import ConfigError
+from haloflow.errors import ConfigError, RunFailed
 from haloflow.models.dlrm import DLRMConfig, dlrm_loss
 from haloflow.partition.planner.plan_io import load_plan
 from haloflow.partition.planner.planner import table_wise_plan
 
-__all__ = ["DLRMTrainConfig", "DLRMTrainResult", "DLRMFamily", "StepLog", "train_dlrm", "auc_rank_sum", "score_split",
-           "click_metrics"]
+__all__ = ["DLRMTrainConfig", "DLRMTrainResult", "DLRMFamily", "StepLog", "train_dlrm", "train_step", "mlp_optimizer",
+           "check_batch_ids", "auc_rank_sum", "score_split", "click_metrics"]
 
 log = logging.getLogger(__name__)
 
@@ -56,14 +56,15 @@ class StepLog:
     """One training step, global over ranks; ``logged`` marks the steps that write a JSON line."""
 
     step: int  # counted from 1
-    loss: float  # the global mean loss of the step
+    loss: float | None  # the newest loss read back (once per log_every steps; the first non-finite one of
+    # those read); None before the first read
     window_loss: float  # mean over the last log_every steps
     samples_per_s: float  # since this run's first step
     cache: dict = field(default_factory=dict)  # hit rate and bytes of the tables' caches ({} without)
     logged: bool = False
 
     def progress(self) -> dict[str, float]:
-        return {"loss": self.loss}
+        return {"loss": self.loss} if self.loss is not None else {}
 
     def record(self) -> dict | None:
         if not self.logged:
@@ -317,6 +318,32 @@ def slice_losses(logits: torch.Tensor, labels: torch.Tensor, slices: list[int], 
                         for x, y in zip(logits.split(slices), labels.split(slices))])
 
 
+def mlp_optimizer(net: DistributedDLRM, optimizer: str, lr: float) -> torch.optim.Optimizer:
+    """The torch optimizer of the MLPs (the tables' is fused into their stores): SGD, or Adagrad for both
+    Adagrads; fused (foreach where torch has no fused Adagrad: off the CPU), so one op updates every MLP tensor
+    and no step reads Adagrad's step count (a device value) once per tensor."""
+    params = [p for p in net.parameters() if p.requires_grad]
+    cpu = all(p.device.type == "cpu" for p in params)
+    one_op = {"fused": True} if optimizer == "sgd" or cpu else {"foreach": True}
+    return (torch.optim.SGD if optimizer == "sgd" else torch.optim.Adagrad)(params, lr=lr, **one_op)
+
+
+def train_step(net: DistributedDLRM, opt: torch.optim.Optimizer, mine: ClickBatch, sizes: list[int],
+               slices: list[int], batch_size: int) -> torch.Tensor:
+    """One training step on this rank's slice of a global batch: forward, backward, the gradient syncs and both
+    optimizers (the tables' fused into their stores, ``opt`` the MLPs'). Returns the slices' losses (V/K,), on
+    the device: nothing here reads a device value (at K = 1 with uncached tables; K ranks' exchanges need
+    their sizes on the host)."""
+    opt.zero_grad(set_to_none=True)
+    net.stats.reset()
+    logits = net(mine.dense, mine.sparse, sizes, slices)  # (B_r,)
+    losses = slice_losses(logits, mine.labels, slices, batch_size)  # (V/K,)
+    losses.sum().backward()  # each sample's gradient is (p - y) / B whatever the slices
+    net.finish_step()  # gradient sync; the row stores' fused update
+    opt.step()
+    return losses
+
+
 class DLRMFamily:
     """DLRM for ``engine/trainer.run``: one unit is one global batch."""
 
@@ -325,6 +352,7 @@ class DLRMFamily:
     def __init__(self, config: DLRMTrainConfig):
         self.config = config
         self.losses: list[float] = []
+        self._unread: list[torch.Tensor] = []  # the last steps' losses, not yet read back from the device
         self.samples = 0
         self.comm = 0  # bytes this rank sent in this run's steps
 
@@ -338,11 +366,7 @@ class DLRMFamily:
         self.workers = logical_workers(cfg, rt.layout)
         self.logical_workers = self.workers.v  # the summary names V beside K
         self.net = build_dlrm(cfg, self.data, rt.layout, min(self.total, self.per_epoch), self.workers)
-        dense_opt = torch.optim.Adagrad if cfg.optimizer != "sgd" else torch.optim.SGD
-        # fused (foreach where torch has no fused Adagrad: on CUDA): one op per update for all MLP tensors, and
-        # no read of Adagrad's step count (a device value) per tensor
-        one_op = {"fused": True} if cfg.optimizer == "sgd" or rt.layout.device.type == "cpu" else {"foreach": True}
-        self.opt = dense_opt([p for p in self.net.parameters() if p.requires_grad], lr=cfg.lr, **one_op)
+        self.opt = mlp_optimizer(self.net, cfg.optimizer, cfg.lr)
         self.devices = {"model": {p.device.type for p in self.net.parameters()}, "batches": set()}
 
     # ------------------------------------------------------------------------------------------ checkpoints
@@ -357,6 +381,12 @@ class DLRMFamily:
                 "logical_workers": self.workers.v}
 
     def export(self) -> Exported:
+        loss = self._read_losses()
+        if loss is not None and not math.isfinite(loss) and not self.rt.config.allow_nonfinite:
+            step = next(i for i, x in enumerate(self.losses) if not math.isfinite(x)) + 1
+            raise RunFailed(f"dlrm: the loss at step {step} is {self.losses[step - 1]} (not a finite number); the run "
+                            "stopped before writing a checkpoint of it (a smaller --lr, or --allow-nonfinite to train "
+                            "on)")
         return Exported({"dense": dense_state(self.net.model, self.opt), "losses": self.losses,
                          "samples": self.samples}, tuple(table_pieces(self.net.embeddings, self.rt.layout.rank)))
 
@@ -390,32 +420,35 @@ class DLRMFamily:
             self.devices["batches"] = {t.device.type for t in (mine.dense, mine.sparse.values, mine.labels)}
         losses = self.step(mine, sizes, slices, batch.batch_size)
         self.comm += net.stats.total()
-        # the global mean: this rank's slices by the tree, then the ranks' (the V-tree; a sync, for the log)
-        step_loss = float(rank_tree_sum(tree_sum(losses.detach().unbind(0)), lay.group))
-        self.losses.append(step_loss)
+        # the global mean: this rank's slices by the tree, then the ranks' (the V-tree), kept on the device and
+        # read back once per --log-every steps (a read waits for the device)
+        self._unread.append(rank_tree_sum(tree_sum(losses.detach().unbind(0)), lay.group))
         self.samples += batch.batch_size
         step = index + 1
         logged = step % cfg.log_every == 0 or step == self.total
-        window = self.losses[-cfg.log_every:]
+        shown = self._read_losses() if logged else (self.losses[-1] if self.losses else None)
+        window = self.losses[-cfg.log_every:] or [math.nan]
         rate = (step - self.start) * batch.batch_size / (time.perf_counter() - self.t0)
-        return StepLog(step=step, loss=step_loss, window_loss=sum(window) / len(window), samples_per_s=rate,
+        return StepLog(step=step, loss=shown, window_loss=sum(window) / len(window), samples_per_s=rate,
                        cache=_cache_record(net.embeddings) if logged else {}, logged=logged)
 
+    def _read_losses(self) -> float | None:
+        """The steps' losses still on the device, read back in one go into ``losses``; returns the first
+        non-finite one of them (the trainer stops there), else the newest loss."""
+        if self._unread:
+            read = torch.stack(self._unread).reshape(-1).tolist()
+            self._unread = []
+            self.losses.extend(read)
+            bad = [x for x in read if not math.isfinite(x)]
+            if bad:
+                return bad[0]
+        return self.losses[-1] if self.losses else None
+
     def step(self, mine: ClickBatch, sizes: list[int], slices: list[int], batch_size: int) -> torch.Tensor:
-        """One training step on this rank's slice of a global batch: forward, backward, the gradient syncs and
-        both optimizers. Returns the slices' losses (V/K,), still on the device (nothing here reads one)."""
-        net = self.net
-        self.opt.zero_grad(set_to_none=True)
-        net.stats.reset()
-        logits = net(mine.dense, mine.sparse, sizes, slices)  # (B_r,)
-        losses = slice_losses(logits, mine.labels, slices, batch_size)  # (V/K,)
-        losses.sum().backward()  # each sample's gradient is (p - y) / B whatever the slices
-        net.finish_step()  # gradient sync; the row stores' fused update
-        self.opt.step()
-        return losses
+        return train_step(self.net, self.opt, mine, sizes, slices, batch_size)
 
     def finish(self) -> None:
-        pass
+        self._read_losses()
 
     def evaluate(self, run: RunInfo) -> dict[str, float]:
         val_logloss, val_auc = _evaluate(self.net, self.data, self.rt.layout, self.config, self.workers)

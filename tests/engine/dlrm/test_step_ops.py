@@ -1,0 +1,99 @@
+"""What one DLRM training step asks of the device, counted op by op (issue: tables in the GPU's shape).
+
+A ``TorchDispatchMode`` sees every aten op of ``train.train_step`` (forward, backward, the tables' fused update
+and the MLPs' optimizer). The step must cost the same ops for 26 tables as for 52 (one lookup and one update
+for all of them), at most 150, and run no op whose output size or value the host must read from the device
+(on a GPU each is a device-to-host sync that stalls the step). The loss is read back by the trainer once per
+``--log-every`` steps, outside the step.
+"""
+
+from __future__ import annotations
+
+import collections
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from haloflow.cache import make_optimizer
+from haloflow.data.jagged import ClickBatch, JaggedBatch
+from haloflow.engine.dlrm.parallelize import parallelize_dlrm
+from haloflow.engine.dlrm.shard_stores import ShardStores
+from haloflow.engine.dlrm.train import mlp_optimizer, train_step
+from haloflow.models.dlrm import DLRMConfig
+from haloflow.partition.planner.planner import table_wise_plan
+
+# ops whose output size or value comes from the data: the host must wait for the device to know it
+SYNC_OPS = {"_local_scalar_dense", "nonzero", "_unique2", "unique_dim", "unique_consecutive", "_unique",
+            "masked_select", "item"}
+MAX_OPS, MAX_SPREAD = 150, 5
+B = 64
+
+
+class OpCounter(TorchDispatchMode):
+    """Counts aten ops by name, and records the ones that synchronise with the host."""
+
+    def __init__(self):
+        super().__init__()
+        self.counts: collections.Counter = collections.Counter()
+        self.syncs: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = func.overloadpacket.__name__
+        self.counts[name] += 1
+        if name in SYNC_OPS:
+            self.syncs.append(name)
+        elif name == "repeat_interleave" and kwargs.get("output_size") is None and len(args) < 4:
+            self.syncs.append("repeat_interleave without output_size")
+        out = func(*args, **kwargs)
+        if name in ("_to_copy", "copy_") and isinstance(out, torch.Tensor):
+            srcs = [a for a in args if isinstance(a, torch.Tensor)]
+            if out.device.type == "cpu" and any(a.device.type != "cpu" for a in srcs):
+                self.syncs.append(f"{name} to the host")
+        return out
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+
+def _batch(num_tables: int, sizes: tuple[int, ...], step: int) -> ClickBatch:
+    g = torch.Generator().manual_seed(step)
+    lengths = torch.randint(0, 3, (num_tables, B), generator=g)
+    values = torch.cat([torch.randint(0, n, (int(lengths[t].sum()),), generator=g) for t, n in enumerate(sizes)])
+    return ClickBatch(torch.rand(B, 13, generator=g), JaggedBatch(lengths, values),
+                      torch.randint(0, 2, (B,), generator=g).float())
+
+
+def _count_step(num_tables: int, optimizer: str, read_loss: bool = False) -> OpCounter:
+    """Ops of the third step (the first two warm up) of a one-process DLRM with ``num_tables`` tables."""
+    sizes = tuple(40 + 3 * t for t in range(num_tables))
+    config = DLRMConfig(table_sizes=sizes, bottom_mlp=(32, 16), top_mlp=(32,))
+    stores = ShardStores(optimizer=make_optimizer({"name": optimizer, "lr": 0.05}))
+    net = parallelize_dlrm(config, table_wise_plan(sizes, 16, 1), None, stores=stores)
+    net.embeddings.check_ids = False  # as the trainer: checked on the host
+    opt = mlp_optimizer(net, optimizer, 0.05)
+    for step in range(2):
+        train_step(net, opt, _batch(num_tables, sizes, step), [B], [B], B)
+    batch, counter = _batch(num_tables, sizes, 2), OpCounter()
+    with counter:
+        losses = train_step(net, opt, batch, [B], [B], B)
+        if read_loss:
+            losses.sum().item()
+    return counter
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adagrad", "rowwise_adagrad"])
+def test_a_step_costs_the_same_ops_for_26_and_52_tables_and_reads_nothing_back(optimizer):
+    c26, c52 = _count_step(26, optimizer), _count_step(52, optimizer)
+    assert c26.syncs == [] and c52.syncs == [], (c26.syncs, c52.syncs)
+    assert abs(c26.total - c52.total) <= MAX_SPREAD, (c26.total, c52.total, c52.counts - c26.counts)
+    assert max(c26.total, c52.total) <= MAX_OPS, c52.counts.most_common(20)
+    assert c26.counts["_embedding_bag"] == 1  # one lookup for all tables
+
+
+def test_the_counter_catches_a_loss_read_back():
+    """Control: an ``.item()`` on the loss inside the counted region is seen."""
+    counter = _count_step(26, "sgd", read_loss=True)
+    assert counter.syncs == ["_local_scalar_dense"]
