@@ -171,6 +171,14 @@ class BatchedTables:
         """Every table's rows end to end (the pad row left out), shared: clone to snapshot."""
         return {k: a[:self.num_rows] for k, a in self.arrays.items()}
 
+    def flush(self) -> None:
+        """Make ``arrays`` hold every row (a cache writes its dirty rows back); nothing to do here."""
+
+    def load_rows(self, lo: int, hi: int, state: dict[str, Tensor]) -> None:
+        """Replace rows lo..hi-1 and their optimizer state."""
+        for k, a in self.arrays.items():
+            a[lo:hi].copy_(state[k])
+
     @property
     def nbytes(self) -> int:
         return sum(a.numel() * a.element_size() for a in self.arrays.values())
@@ -190,23 +198,30 @@ class TableRows:
         return ids.to(self.device) + self._lo
 
     def gather(self, ids: Tensor) -> Tensor:
-        return self.batch.arrays["weight"].index_select(0, self._ids(ids))  # (n, D)
+        self.batch.flush()
+        arrays = self.batch.arrays
+        return arrays["weight"].index_select(0, self._ids(ids).to(arrays["weight"].device)).to(self.device)  # (n, D)
 
     def apply_gradients(self, ids: Tensor, grads: Tensor) -> None:
-        apply_rows(self.optimizer, self.batch.arrays, self._ids(ids), grads.to(self.device))
+        """The row optimizer on rows ``ids`` of this table (outside the batch's own lookups and steps)."""
+        self.batch.flush()
+        arrays = self.batch.arrays
+        dev = arrays["weight"].device
+        apply_rows(self.optimizer, arrays, self._ids(ids).to(dev), grads.to(dev))
+        self.batch.load_rows(self._lo, self._lo, {k: a[:0] for k, a in arrays.items()})  # a cache starts over
 
     def flush(self) -> None:
-        pass
+        self.batch.flush()
 
     def state_dict(self) -> dict[str, Tensor]:
-        """This table's arrays (views of the batch's, shared: clone to snapshot)."""
+        """This table's arrays (views of the batch's, shared: clone to snapshot), a cache flushed first."""
+        self.batch.flush()
         return {k: a[self._lo:self._hi] for k, a in self.batch.arrays.items()}
 
     def load_state_dict(self, state: dict[str, Tensor]) -> None:
         mine = self.state_dict()
         check_state_dict(self.name, state, {k: tuple(a.shape) for k, a in mine.items()})
-        for k, a in mine.items():
-            a.copy_(state[k])
+        self.batch.load_rows(self._lo, self._hi, state)
 
     def close(self) -> None:
         pass

@@ -44,6 +44,7 @@ from haloflow.cache import (
     make_optimizer,
 )
 from haloflow.cache.batched import BatchedTables
+from haloflow.cache.batched_cache import DEVICE_POLICIES, CachedTables
 from haloflow.errors import ConfigError
 
 __all__ = ["ShardStores", "store_bytes"]
@@ -79,14 +80,35 @@ class ShardStores:
             object.__setattr__(self, "backing_dir", Path(self.backing_dir))
 
     def batches(self, slots) -> bool:
-        """Whether ``slots`` go into one ``BatchedTables`` (one lookup and update for all): none cached, one width."""
-        return (bool(slots) and self.cache is None and all(s.cache_rows is None for s in slots)
-                and len({s.num_cols for s in slots}) == 1)
+        """Whether ``slots`` go into one ``BatchedTables`` or ``CachedTables`` (one lookup and update for all):
+        one width, no slot cached by the plan, and a cache (``--cache-ratio``) in host memory with a policy the
+        device directory runs (LRU, LFU, frequency)."""
+        if not slots or len({s.num_cols for s in slots}) != 1 or any(s.cache_rows is not None for s in slots):
+            return False
+        return self.cache is None or (self.backing_dir is None and self.cache.policy in DEVICE_POLICIES)
 
     def make_batch(self, slots, init, names) -> BatchedTables:
-        """One ``BatchedTables`` of ``slots`` (``init(i)``: slot i's initial rows), on ``device`` in ``dtype``."""
-        return BatchedTables([s.num_rows for s in slots], slots[0].num_cols, self.optimizer,
-                             init=init, device=self.device, dtype=self.dtype, names=names)
+        """One ``BatchedTables`` of ``slots`` (``init(i)``: slot i's initial rows), on ``device`` in ``dtype``;
+        with ``cache``, a ``CachedTables`` of as many slots as the slots' own caches would have together."""
+        sizes, dim = [s.num_rows for s in slots], slots[0].num_cols
+        if self.cache is None:
+            return BatchedTables(sizes, dim, self.optimizer, init=init, device=self.device, dtype=self.dtype,
+                                 names=names)
+        if self.dtype != torch.float32:
+            raise ConfigError(f"a cache holds float32 rows, but dtype {self.dtype} was asked for", field="dtype")
+        num_slots = sum(min(self.cache.slots_for(n), n) for n in sizes)
+        row_bytes = 4 * (dim + sum(int(np.prod(shape)) if shape else 1
+                                   for shape, _ in self.optimizer.state_spec(dim).values()))
+        if self.cache.max_bytes is not None and num_slots * row_bytes > self.cache.max_bytes:
+            raise ConfigError(f"{num_slots} cache slots x {row_bytes} bytes (row + optimizer state) = "
+                              f"{num_slots * row_bytes} bytes, over max_bytes {self.cache.max_bytes}", field="max_bytes")
+        histogram = None
+        if self.histograms is not None:
+            histogram = np.concatenate([self.histograms[s.table][s.row_offset:s.row_offset + s.num_rows]
+                                        for s in slots])
+        return CachedTables(sizes, dim, self.optimizer, num_slots=num_slots, init=init, device=self.device,
+                            names=names, policy=self.cache.policy, admit_all=self.cache.admit_all,
+                            histogram=histogram)
 
     def make(self, name: str, weight: Tensor, *, cache_rows: int | None = None, table: int | None = None,
              rows: tuple[int, int] | None = None) -> RowStore:

@@ -35,6 +35,7 @@ from torch import Tensor, nn
 
 from haloflow.cache import CachedEmbeddingBag, CacheStats
 from haloflow.cache.batched import BatchedTables
+from haloflow.cache.batched_cache import CachedTables
 from haloflow.data.jagged import JaggedBatch
 from haloflow.engine.comm import CommStats, Group, group_rank, group_size
 from haloflow.engine.dlrm.embedding_dist import (
@@ -247,7 +248,8 @@ class ShardedEmbeddingCollection(nn.Module):
         if self.stores is None:
             return Storage(device=sum(p.numel() * p.element_size() for p in [*self.replicas, *self.shards]))
         device = self._batch.nbytes if self._batch is not None else 0
-        host = 0
+        host = (sum(a.numel() * a.element_size() for a in self._batch.backing.values())
+                if isinstance(self._batch, CachedTables) else 0)
         for bag in [*self.replica_bags, *self.shard_bags]:
             d, h = store_bytes(bag.store)
             device, host = device + d, host + h
@@ -311,6 +313,21 @@ class ShardedEmbeddingCollection(nn.Module):
                                         rw=True)
         return ShardedPooledHandle(dp, pooled, rw, None if self._order_is_identity else self._order, L.dim)
 
+    @property
+    def can_prefetch(self) -> bool:
+        """Whether ``prefetch`` does anything: one rank looking its own batch up, with cached tables."""
+        return self._local_in_order and isinstance(self._batch, CachedTables)
+
+    def prefetch(self, sparse: JaggedBatch, *, background: bool = False) -> bool:
+        """Plan the next batch's cache moves and carry them out now (``background``: in a thread) so that its
+        lookup finds its rows on the device. Done where the rank looks its own batch up (one rank, every table
+        in order) with cached tables; returns whether it was (else a no-op)."""
+        if not self.can_prefetch:
+            return False
+        self._batch.prefetch(sparse.values, sparse.lengths.reshape(-1), self._slots_of_bags([sparse.batch_size]),
+                             background=background)
+        return True
+
     def _batch_sizes(self, local: int, given: Sequence[int] | None) -> list[int]:
         K = self.layout.world_size
         if given is not None:
@@ -343,17 +360,23 @@ class ShardedEmbeddingCollection(nn.Module):
         b = sparse.feature_offsets().tolist()  # T+1 numbers (a device sync on an accelerator)
         return [(sparse.lengths[t], sparse.values[b[t]:b[t + 1]]) for t in range(sparse.num_features)]
 
+    def _slots_of_bags(self, sizes: list[int]) -> Tensor:
+        """The slot of every received bag (blocks (n, B_s) per source): known from the sizes alone, kept (two
+        sizes a run at most: full batches and the last)."""
+        key = tuple(sizes)
+        slots = self._bag_slots.get(key)
+        if slots is None:
+            per = torch.arange(len(self.slots), device=self._rows.device)
+            slots = torch.cat([per.repeat_interleave(b) for b in sizes])
+            self._bag_slots[key] = slots
+        return slots
+
     def _batch_lookup(self, lengths: Tensor, values: Tensor, sizes: list[int]) -> Tensor:
         """Every received bag in one lookup of ``_batch``: lengths (n * B_global,) in blocks (n, B_s) per source,
         in rank order, and their ids -> (B_global, n, cols), samples in global order."""
         n = len(self.slots)
-        key = tuple(sizes)
-        slots = self._bag_slots.get(key)
-        if slots is None:  # the slot of every bag: known from the sizes alone (cached: two sizes a run at most)
-            per = torch.arange(n, device=self._rows.device)
-            slots = torch.cat([per.repeat_interleave(b) for b in sizes])
-            self._bag_slots[key] = slots
-        pooled = self._batch.lookup(values, lengths, slots, train=self.training and torch.is_grad_enabled())
+        pooled = self._batch.lookup(values, lengths, self._slots_of_bags(sizes),
+                                    train=self.training and torch.is_grad_enabled())
         if len(sizes) == 1:
             return pooled.view(n, sizes[0], -1).transpose(0, 1)  # (B, n, cols)
         return torch.cat([blk.view(n, b, -1).transpose(0, 1) for blk, b in zip(pooled.split([n * b for b in sizes]),
@@ -506,8 +529,8 @@ class ShardedEmbeddingCollection(nn.Module):
     def cache_stats(self) -> CacheStats:
         """Hits, misses and bytes of every cached store, summed over this rank's stores and over the ranks (a
         collective when the tables live in stores: every rank calls it together, as the trainer does)."""
-        total = CacheStats()
-        for bag in [*self.replica_bags, *self.shard_bags]:  # a batch of tables has no cache
+        total = self._batch.stats() if isinstance(self._batch, CachedTables) else CacheStats()
+        for bag in [*self.replica_bags, *self.shard_bags]:
             stats = getattr(bag.store, "stats", None)
             if stats is not None:
                 total = total + stats

@@ -100,12 +100,10 @@ def test_two_ranks_with_cached_adagrad_tables_through_the_cli_match_one_process(
     torch.testing.assert_close(torch.tensor(losses), torch.tensor(one.losses))
     assert records[-1]["metrics"]["val_logloss"] == pytest.approx(one.val_logloss, rel=1e-5)
     assert records[-1]["metrics"]["val_auc"] == pytest.approx(one.val_auc, abs=1e-6)
-    # Whole tables on either rank, each seeing every id of the global batch: the caches of both ranks, summed,
-    # counted exactly the hits and bytes of the single process's caches.
+    # Each rank's tables share one cache (its slots: the sum of its tables' 5 %), so where rows are cached, and
+    # the hit rate, depend on which tables share it; the values do not.
     last, one_last = records[-2], [r for r in one.records if r["kind"] == "train"][-1]
-    assert last["kind"] == "train" and 0 < last["cache_hit_rate"] < 1
-    assert last["cache_hit_rate"] == one_last["cache_hit_rate"]
-    assert last["cache_bytes_to_device"] == one_last["cache_bytes_to_device"]
+    assert last["kind"] == "train" and 0 < last["cache_hit_rate"] < 1 and 0 < one_last["cache_hit_rate"] < 1
 
 
 @pytest.mark.parametrize("optimizer, slots", [("sgd", 0.0), ("adagrad", 1.0)])

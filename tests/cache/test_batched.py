@@ -1,0 +1,168 @@
+"""``BatchedTables`` (every table end to end, one lookup and one update) and ``CachedTables`` (the same with a
+device cache directory): equal, bit for bit, to the per-table stores, whatever the cache's size, policy or
+prefetch."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from haloflow.cache import CachedEmbeddingBag, MemoryStore, make_optimizer
+from haloflow.cache.batched import BatchedTables, padded_unique, pooled_sum
+from haloflow.cache.batched_cache import CachedTables
+from haloflow.errors import ConfigError
+
+SIZES, D, B = (7, 50, 300, 1, 120), 8, 32
+T = len(SIZES)
+TABLES = torch.arange(T).repeat_interleave(B)  # the table of every bag, table-major
+
+
+def _batches(steps: int) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """(lengths (T, B), ids (nnz,), target (B, T, D)): skewed ids (a few rows hot, a long tail), 0-4 a bag."""
+    g = torch.Generator().manual_seed(0)
+    out = []
+    for step in range(steps):
+        lens = torch.randint(0, 5, (T, B), generator=g)
+        rng = np.random.default_rng(step)
+        ids = torch.cat([torch.as_tensor(rng.zipf(1.3, int(n_)) % n) for n, n_ in zip(SIZES, lens.sum(1))]).long()
+        out.append((lens, ids, torch.randn(B, T, D, generator=g)))
+    return out
+
+
+def _weights() -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(1)
+    return [torch.randn(n, D, generator=g) for n in SIZES]
+
+
+def _histogram(batches) -> np.ndarray:
+    hist, off = np.zeros(sum(SIZES), dtype=np.int64), np.cumsum([0, *SIZES])
+    for lens, ids, _ in batches:
+        for t, chunk in enumerate(ids.split(lens.sum(1).tolist())):
+            np.add.at(hist, chunk.numpy() + off[t], 1)
+    return hist
+
+
+def test_padded_unique_pads_to_the_input_length():
+    x = torch.tensor([5, 2, 5, 9, 2, 0])
+    uniq, inverse = padded_unique(x, 100)
+    assert uniq.tolist() == [0, 2, 5, 9, 100, 100] and torch.equal(uniq[inverse], x)
+
+
+def test_pooled_sum_adds_a_rows_occurrences_in_order():
+    g = torch.Generator().manual_seed(0)
+    rows = torch.randn(6, 4, generator=g, requires_grad=True)
+    inverse = torch.randint(0, 6, (40,), generator=g)
+    lengths = torch.full((10,), 4)
+    offsets = torch.arange(0, 41, 4)
+    grad = torch.randn(10, 4, generator=g)
+    pooled_sum(rows, inverse, offsets).backward(grad)
+    expected = torch.zeros(6, 4)
+    for j, r in enumerate(inverse.tolist()):  # one occurrence at a time, in order
+        expected[r] += grad[j // 4]
+    assert torch.equal(rows.grad, expected)
+    assert lengths.sum() == inverse.numel()
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adagrad", "rowwise_adagrad"])
+def test_one_lookup_for_all_tables_equals_a_bag_per_table(optimizer):
+    opt = make_optimizer({"name": optimizer, "lr": 0.05})
+    bags = [CachedEmbeddingBag(MemoryStore(w.clone(), opt), include_last_offset=True) for w in _weights()]
+    batched = BatchedTables.from_weights(_weights(), opt)
+    for lens, ids, tgt in _batches(12):
+        offsets = [torch.cat([torch.zeros(1, dtype=torch.long), n.cumsum(0)]) for n in lens]
+        per_table = torch.stack([b(i, o) for b, i, o in zip(bags, ids.split(lens.sum(1).tolist()), offsets)], 1)
+        (per_table * tgt).sum().backward()
+        for b in bags:
+            b.step()
+        one = batched.lookup(ids, lens.reshape(-1), TABLES, train=True).view(T, B, D).transpose(0, 1)
+        (one * tgt).sum().backward()
+        batched.step()
+        assert torch.equal(per_table, one)
+    for t, bag in enumerate(bags):
+        for name, array in bag.store.state_dict().items():
+            assert torch.equal(array, batched.table(t).state_dict()[name]), (t, name)
+
+
+def _train(tables, batches, prefetch: str) -> list[torch.Tensor]:
+    outs = []
+    for i, (lens, ids, tgt) in enumerate(batches):
+        if prefetch != "none" and i == 0:
+            tables.prefetch(ids, lens.reshape(-1), TABLES)
+        out = tables.lookup(ids, lens.reshape(-1), TABLES, train=True).view(T, B, D).transpose(0, 1)
+        (out * tgt).sum().backward()
+        if prefetch != "none" and i + 1 < len(batches):  # the next batch's moves before this one's update
+            nl, ni, _ = batches[i + 1]
+            tables.prefetch(ni, nl.reshape(-1), TABLES, background=prefetch == "background")
+        tables.step()
+        outs.append(out.detach())
+    return outs
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adagrad", "rowwise_adagrad"])
+@pytest.mark.parametrize("policy", ["lru", "lfu", "frequency"])
+@pytest.mark.parametrize("prefetch", ["none", "inline", "background"])
+def test_cached_tables_train_the_uncached_floats(optimizer, policy, prefetch):
+    """3 slots (nearly every row overflows), 40 (evictions every batch) and all rows: the same bits."""
+    batches = _batches(20)
+    opt = make_optimizer({"name": optimizer, "lr": 0.05})
+    ref_tables = BatchedTables.from_weights(_weights(), opt)
+    ref = _train(ref_tables, batches, "none")
+    weights = _weights()
+    for slots in (3, 40, sum(SIZES)):
+        cached = CachedTables(SIZES, D, opt, num_slots=slots, init=lambda t: weights[t], policy=policy,
+                              histogram=_histogram(batches))
+        outs = _train(cached, batches, prefetch)
+        assert all(torch.equal(a, b) for a, b in zip(ref, outs)), slots
+        for name, array in ref_tables.state_dict().items():
+            assert torch.equal(array, cached.state_dict()[name]), (slots, name)
+        st = cached.stats()
+        assert st.lookups > 0 and st.hits > 0
+        if slots == 3:
+            assert st.overflow > 0  # more distinct rows a batch than slots: served from the backing rows
+        if slots == 40:
+            assert st.evicted > 0 and st.written_back > 0
+        if slots == sum(SIZES):
+            assert st.overflow == 0 and st.evicted == 0
+
+
+def test_a_lost_write_back_shows(monkeypatch):
+    """Control: a cache that forgets dirty rows when it evicts them trains other floats."""
+    batches = _batches(12)
+    opt = make_optimizer({"name": "sgd", "lr": 0.05})
+    ref = _train(BatchedTables.from_weights(_weights(), opt), batches, "none")
+    weights = _weights()
+    cached = CachedTables(SIZES, D, opt, num_slots=40, init=lambda t: weights[t])
+    step = cached.step
+
+    def forgetful() -> None:
+        step()
+        cached.dirty.fill_(False)  # updates in slots never reach the backing rows
+
+    monkeypatch.setattr(cached, "step", forgetful)
+    outs = _train(cached, batches, "none")
+    assert not all(torch.equal(a, b) for a, b in zip(ref, outs))
+
+
+def test_a_table_of_cached_tables_saves_and_loads_through_its_rows():
+    batches = _batches(6)
+    opt = make_optimizer({"name": "adagrad", "lr": 0.05})
+    weights = _weights()
+    cached = CachedTables(SIZES, D, opt, num_slots=40, init=lambda t: weights[t])
+    _train(cached, batches, "none")
+    saved = [{k: v.clone() for k, v in cached.table(t).state_dict().items()} for t in range(T)]
+    fresh = CachedTables(SIZES, D, opt, num_slots=40)
+    for t in range(T):
+        fresh.table(t).load_state_dict(saved[t])
+    more = _batches(8)[6:]
+    assert all(torch.equal(a, b) for a, b in zip(_train(cached, more, "none"), _train(fresh, more, "none")))
+
+
+def test_bad_cache_settings_are_named():
+    opt = make_optimizer({"name": "sgd", "lr": 0.1})
+    with pytest.raises(ConfigError, match="0 cache slots for tables of 478 rows"):
+        CachedTables(SIZES, D, opt, num_slots=0)
+    with pytest.raises(ConfigError, match="'frequency' ranks rows by their count in the data"):
+        CachedTables(SIZES, D, opt, num_slots=4, policy="frequency")
+    with pytest.raises(ConfigError, match="expected one of"):
+        CachedTables(SIZES, D, opt, num_slots=4, policy="belady")
