@@ -35,6 +35,7 @@ is, so the cached tables train the floats of ``BatchedTables`` (tested bit for b
 from __future__ import annotations
 
 import threading
+from types import SimpleNamespace
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -48,7 +49,7 @@ from haloflow.errors import ConfigError
 __all__ = ["CachedTables", "DEVICE_POLICIES"]
 
 DEVICE_POLICIES = ("lru", "lfu", "frequency")
-_STATS = ("lookups", "hits", "misses", "admitted", "overflow", "evicted", "written_back")
+_STATS = ("lookups", "hits", "misses", "admitted", "evicted", "written_back")  # overflow = misses - admitted
 _NEVER = torch.iinfo(torch.int64).max  # the key of a slot that must not be evicted
 
 
@@ -99,6 +100,9 @@ class CachedTables(BatchedTables):
         elif policy == "lfu":
             self.score = torch.zeros(R + 1, dtype=torch.int64, device=dev)
         self.row_offsets = self.row_offsets.to(dev)
+        # the constants of the plan as device scalars (a Python number in torch.where is one more op a step)
+        self._c = SimpleNamespace(**{k: torch.tensor(v, dtype=torch.int64, device=dev) for k, v in
+                                     (("S", S), ("R", R), ("neg", -1), ("never", _NEVER))})
         self.clock = 0  # plans made (a host counter: no device value is read for it)
         self._pending_rows: list[tuple[Tensor, Tensor, Tensor, Tensor]] = []  # (uniq, slot, rows, cached) of
         # lookups not yet stepped
@@ -122,13 +126,13 @@ class CachedTables(BatchedTables):
         row's slot (S where it is served from the backing rows) and whether it is cached. Slots last used by a
         plan numbered ``pinned_from`` or later are kept; ``deferred`` rows (the outstanding batch's overflow,
         which its update writes to the backing rows) are not loaded."""
-        R, S = self.num_rows, self.num_slots
+        R, S, c = self.num_rows, self.num_slots, self._c
         self.clock += 1
         clock = self.clock
         valid = uniq < R
         slot = self.id_slot.index_select(0, uniq)  # (u,)
         hit = slot >= 0
-        self.last_use.index_fill_(0, torch.where(hit, slot, S), clock)
+        self.last_use.index_fill_(0, torch.where(hit, slot, c.S), clock)
         if self.policy == "lfu":
             self.score.index_add_(0, uniq, valid.long())  # batches that looked the row up
         miss = valid & ~hit
@@ -139,10 +143,10 @@ class CachedTables(BatchedTables):
             miss_score = None
         else:  # hottest first
             miss_score = self.score.index_select(0, uniq)
-            order = torch.argsort(torch.where(miss, miss_score, -1), descending=True, stable=True)
+            order = torch.argsort(torch.where(miss, miss_score, c.neg), descending=True, stable=True)
             rank = torch.empty_like(order).scatter_(0, order, torch.arange(uniq.numel(), device=uniq.device))
         k = min(uniq.numel(), S)
-        key = torch.where(self.last_use[:S] >= pinned_from, _NEVER, self._key())
+        key = torch.where(self.last_use[:S] >= pinned_from, c.never, self._key())
         vkey, victims = torch.topk(key, k, largest=False, sorted=True)  # (k,) coldest first
         r = rank.clamp(0, k - 1)
         victim, victim_key = victims.index_select(0, r), vkey.index_select(0, r)
@@ -152,21 +156,22 @@ class CachedTables(BatchedTables):
         old = self.slot_id.index_select(0, victim)
         evict = admit & (old >= 0)
         back = evict & self.dirty.index_select(0, victim)
-        src, dst = torch.where(back, victim, S), torch.where(back, old, R)  # dirty victims written back
+        src, dst = torch.where(back, victim, c.S), torch.where(back, old, c.R)  # dirty victims written back
         for k_, a in self.backing.items():
             a.index_copy_(0, dst.to(a.device), self.slots[k_].index_select(0, src).to(a.device))
-        into, row = torch.where(admit, victim, S), torch.where(admit, uniq, R)  # admitted rows loaded
+        into, row = torch.where(admit, victim, c.S), torch.where(admit, uniq, c.R)  # admitted rows loaded
         for k_, a in self.slots.items():
             a.index_copy_(0, into, self.backing[k_].index_select(0, row.to(a.device)).to(self.device))
-        self.id_slot.index_fill_(0, torch.where(evict, old, R), -1)
-        self.id_slot.index_copy_(0, row, torch.where(admit, victim, -1))
-        self.slot_id.index_copy_(0, into, torch.where(admit, uniq, -1))
+        self.id_slot.index_fill_(0, torch.where(evict, old, c.R), -1)
+        self.id_slot.index_copy_(0, row, torch.where(admit, victim, c.neg))
+        self.slot_id.index_copy_(0, into, torch.where(admit, uniq, c.neg))
         self.last_use.index_fill_(0, into, clock)
         self.dirty.index_fill_(0, into, False)
         cached = hit | admit
         slot = torch.where(hit, slot, into)
-        self.counts.add_(torch.stack([valid.sum(), hit.sum(), miss.sum(), admit.sum(), (miss & ~admit).sum(),
-                                      evict.sum(), back.sum()]))
+        # lookups, hits, misses, admitted, overflow (= misses - admitted), evicted, written back
+        counted = torch.stack([valid, hit, miss, admit, evict, back]).sum(1)  # (6,)
+        self.counts[:6].add_(counted)
         return slot, cached
 
     def _warm(self) -> None:
@@ -254,7 +259,7 @@ class CachedTables(BatchedTables):
             slot, cached = self._plan_beside_pending(uniq)
         R = self.num_rows
         w = self.slots["weight"].index_select(0, slot)  # (u, D) the cached rows (pad slot elsewhere)
-        over = self.backing["weight"].index_select(0, torch.where(cached, R, uniq).to(self.backing["weight"].device))
+        over = self.backing["weight"].index_select(0, torch.where(cached, self._c.R, uniq).to(self.backing["weight"].device))
         rows = torch.where(cached.unsqueeze(1), w, over.to(dev)).requires_grad_(train)  # (u, D) leaf
         if train:
             self._pending_rows.append((uniq, slot, rows, cached))
@@ -270,7 +275,7 @@ class CachedTables(BatchedTables):
         for uniq, slot, rows, cached in pending:
             if rows.grad is None:
                 continue
-            back = torch.where(cached, R, uniq)
+            back = torch.where(cached, self._c.R, uniq)
             state = {}
             for k, a in self.slots.items():
                 if k != "weight":
@@ -319,6 +324,7 @@ class CachedTables(BatchedTables):
         """The counters so far (reads them from the device)."""
         self._join()
         values = dict(zip(_STATS, self.counts.tolist()))
+        values["overflow"] = values["misses"] - values["admitted"]
         row = self.dim * self.backing["weight"].element_size() + sum(
             a[0].numel() * a.element_size() for k, a in self.backing.items() if k != "weight")
         return CacheStats(**values, bytes_to_device=values["admitted"] * row, bytes_to_host=values["written_back"] * row)
