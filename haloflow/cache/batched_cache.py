@@ -51,6 +51,7 @@ __all__ = ["CachedTables", "DEVICE_POLICIES"]
 DEVICE_POLICIES = ("lru", "lfu", "frequency")
 _STATS = ("lookups", "hits", "misses", "admitted", "evicted", "written_back")  # overflow = misses - admitted
 _NEVER = torch.iinfo(torch.int64).max  # the key of a slot that must not be evicted
+WINDOW_PER_ROW = 4  # candidate victims a plan ranks per row it looks up
 
 
 class CachedTables(BatchedTables):
@@ -93,6 +94,7 @@ class CachedTables(BatchedTables):
         self.slot_id = torch.full((S + 1,), -1, dtype=torch.int64, device=dev)
         self.last_use = torch.full((S + 1,), -1, dtype=torch.int64, device=dev)
         self.dirty = torch.zeros(S + 1, dtype=torch.bool, device=dev)
+        self.pending = torch.zeros(S + 1, dtype=torch.bool, device=dev)  # admitted, its row not yet written in
         self.counts = torch.zeros(len(_STATS), dtype=torch.int64, device=dev)  # read by ``stats`` only
         self.score = None  # (R+1,) each row's score for LFU (batch counts) and frequency (the histogram)
         if policy == "frequency":
@@ -104,9 +106,11 @@ class CachedTables(BatchedTables):
         self._c = SimpleNamespace(**{k: torch.tensor(v, dtype=torch.int64, device=dev) for k, v in
                                      (("S", S), ("R", R), ("neg", -1), ("never", _NEVER))})
         self.clock = 0  # plans made (a host counter: no device value is read for it)
-        self._pending_rows: list[tuple[Tensor, Tensor, Tensor, Tensor]] = []  # (uniq, slot, rows, cached) of
-        # lookups not yet stepped
-        self._prefetched: tuple[Tensor, Tensor, Tensor, Tensor, Tensor] | None = None
+        self._all_slots = torch.arange(S, device=dev)
+        self._hand = 0  # where the next plan's window of candidate victims starts
+        self._pending_rows: list[tuple[Tensor, ...]] = []  # (uniq, slot, fresh, cached, rows) of lookups not yet
+        # updated
+        self._prefetched: tuple[Tensor, ...] | None = None  # (ids, uniq, inverse, slot, hit, cached)
         self._thread: threading.Thread | None = None  # a prefetch in the background
         self._failed: BaseException | None = None  # what the background prefetch raised
         self._side = None  # the CUDA stream of a background prefetch
@@ -114,30 +118,42 @@ class CachedTables(BatchedTables):
             self._warm()
 
     # ------------------------------------------------------------------------------------------ the plan
-    def _key(self) -> Tensor:
-        """(S,) each slot's eviction key, lowest evicted first."""
-        if self.score is None:  # LRU: the plan that last used the slot's row
-            return self.last_use[:self.num_slots]
-        return self.score.index_select(0, self.slot_id[:self.num_slots].clamp(min=0)).masked_fill_(
-            self.slot_id[:self.num_slots] < 0, -2)  # a free slot first
+    def _window(self, size: int) -> Tensor:
+        """The next ``size`` slots round the cache from the hand (which then moves past them)."""
+        if size == self.num_slots:
+            return self._all_slots
+        window = torch.remainder(self._all_slots[:size] + self._hand, self.num_slots)
+        self._hand = (self._hand + size) % self.num_slots
+        return window
 
-    def _plan(self, uniq: Tensor, pinned_from: int, deferred: Tensor | None = None) -> tuple[Tensor, Tensor]:
-        """Decide and carry out the moves of the batch with distinct rows ``uniq`` (padded with R); returns each
-        row's slot (S where it is served from the backing rows) and whether it is cached. Slots last used by a
-        plan numbered ``pinned_from`` or later are kept; ``deferred`` rows (the outstanding batch's overflow,
-        which its update writes to the backing rows) are not loaded."""
+    def _key(self, slots: Tensor) -> Tensor:
+        """The eviction key of ``slots``, lowest evicted first."""
+        if self.score is None:  # LRU: the plan that last used the slot's row
+            return self.last_use.index_select(0, slots)
+        rows = self.slot_id.index_select(0, slots)
+        return self.score.index_select(0, rows.clamp(min=0)).masked_fill_(rows < 0, -2)  # a free slot first
+
+    def _plan(self, uniq: Tensor, pinned_from: int, admit_misses: bool = True) -> tuple[Tensor, Tensor, Tensor]:
+        """Decide the moves of the batch with distinct rows ``uniq`` (padded with R) and write the dirty victims
+        back. Returns each row's slot (S: served from the backing rows), whether it had one before this plan
+        (``hit``), and whether its update goes there (``cached``). An admitted row is not loaded here: its
+        batch reads it from the backing rows and its update writes it into its slot (``pending`` until then),
+        so a step moves each admitted row once. Slots last used by a plan numbered ``pinned_from`` or later
+        are kept (the batches not yet updated); ``admit_misses`` False (a lookup without an update) admits none."""
         R, S, c = self.num_rows, self.num_slots, self._c
         self.clock += 1
         clock = self.clock
         valid = uniq < R
         slot = self.id_slot.index_select(0, uniq)  # (u,)
         hit = slot >= 0
-        self.last_use.index_fill_(0, torch.where(hit, slot, c.S), clock)
+        slot = torch.where(hit, slot, c.S)
+        self.last_use.index_fill_(0, slot, clock)
         if self.policy == "lfu":
             self.score.index_add_(0, uniq, valid.long())  # batches that looked the row up
         miss = valid & ~hit
-        if deferred is not None:
-            miss &= ~torch.isin(uniq, deferred)
+        if not admit_misses:
+            self.counts[:3].add_(torch.stack([valid, hit, miss]).sum(1))
+            return slot, hit, hit
         if self.score is None:  # LRU: misses in id order
             rank = torch.cumsum(miss, 0) - 1  # (u,)
             miss_score = None
@@ -145,9 +161,14 @@ class CachedTables(BatchedTables):
             miss_score = self.score.index_select(0, uniq)
             order = torch.argsort(torch.where(miss, miss_score, c.neg), descending=True, stable=True)
             rank = torch.empty_like(order).scatter_(0, order, torch.arange(uniq.numel(), device=uniq.device))
-        k = min(uniq.numel(), S)
-        key = torch.where(self.last_use[:S] >= pinned_from, c.never, self._key())
-        vkey, victims = torch.topk(key, k, largest=False, sorted=True)  # (k,) coldest first
+        # the candidates: a window of C slots that moves round the cache, plan by plan (CLOCK's hand), so a plan
+        # ranks C slots, not S; a slot's key is looked at once every S / C plans
+        C = min(S, WINDOW_PER_ROW * uniq.numel())
+        window = self._window(C)
+        k = min(uniq.numel(), C)
+        key = torch.where(self.last_use.index_select(0, window) >= pinned_from, c.never, self._key(window))
+        vkey, pos = torch.topk(key, k, largest=False, sorted=True)  # (k,) coldest first
+        victims = window.index_select(0, pos)
         r = rank.clamp(0, k - 1)
         victim, victim_key = victims.index_select(0, r), vkey.index_select(0, r)
         admit = miss & (rank < k) & (victim_key < _NEVER)
@@ -159,20 +180,17 @@ class CachedTables(BatchedTables):
         src, dst = torch.where(back, victim, c.S), torch.where(back, old, c.R)  # dirty victims written back
         for k_, a in self.backing.items():
             a.index_copy_(0, dst.to(a.device), self.slots[k_].index_select(0, src).to(a.device))
-        into, row = torch.where(admit, victim, c.S), torch.where(admit, uniq, c.R)  # admitted rows loaded
-        for k_, a in self.slots.items():
-            a.index_copy_(0, into, self.backing[k_].index_select(0, row.to(a.device)).to(self.device))
+        into = torch.where(admit, victim, c.S)
         self.id_slot.index_fill_(0, torch.where(evict, old, c.R), -1)
-        self.id_slot.index_copy_(0, row, torch.where(admit, victim, c.neg))
+        self.id_slot.index_copy_(0, torch.where(admit, uniq, c.R), torch.where(admit, victim, c.neg))
         self.slot_id.index_copy_(0, into, torch.where(admit, uniq, c.neg))
         self.last_use.index_fill_(0, into, clock)
         self.dirty.index_fill_(0, into, False)
-        cached = hit | admit
-        slot = torch.where(hit, slot, into)
+        self.pending.index_fill_(0, into, True)
+        slot = torch.where(admit, victim, slot)
         # lookups, hits, misses, admitted, overflow (= misses - admitted), evicted, written back
-        counted = torch.stack([valid, hit, miss, admit, evict, back]).sum(1)  # (6,)
-        self.counts[:6].add_(counted)
-        return slot, cached
+        self.counts[:6].add_(torch.stack([valid, hit, miss, admit, evict, back]).sum(1))
+        return slot, hit, hit | admit
 
     def _warm(self) -> None:
         """Load the hottest rows of the histogram (the frequency policy's static hot set) before the first batch."""
@@ -190,27 +208,23 @@ class CachedTables(BatchedTables):
         return padded_unique(ids + base, self.num_rows)
 
     def prefetch(self, ids: Tensor, lengths: Tensor, tables: Tensor, *, background: bool = False) -> None:
-        """Plan the next batch now (while the outstanding one is still to be updated) and move its rows in; its
-        lookup then finds them cached. The outstanding batch's slots stay, and its overflow rows are not
-        loaded (its update writes them to the backing rows), so the moves touch no row or slot the outstanding
-        batch's update writes (but the pad row and slot, which hold nothing).
+        """Plan the next batch now, before the outstanding one's update: its rows get slots and the dirty
+        victims go back to the host, so that its own lookup and update only read and write rows. The outstanding
+        batch's slots are never victims, so nothing here touches a row or slot its update writes (but the pad
+        row and slot, which hold nothing).
 
-        ``background``: plan and move in a thread (on CUDA its copies would go on a side stream) while the
-        caller goes on to the outstanding batch's backward and update; the next lookup, ``flush``, ``stats``
-        and ``load_rows`` wait for it.
+        ``background``: plan in a thread (on CUDA on a side stream) while the caller goes on to the outstanding
+        batch's backward and update; the next lookup, ``flush``, ``stats`` and ``load_rows`` wait for it.
         """
         self._join()
         dev = self.device
         ids, lengths, tables = ids.to(dev), lengths.to(dev), tables.to(dev)
-        overflow = [u.masked_fill(c, self.num_rows) for u, _, _, c in self._pending_rows]
         pinned_from = self.clock + 1 - len(self._pending_rows)
-        deferred = torch.cat(overflow) if overflow else None
 
         def work() -> None:
             try:
                 uniq, inverse = self._rows(ids, lengths, tables)
-                slot, cached = self._plan(uniq, pinned_from, deferred)
-                self._prefetched = (ids, uniq, inverse, slot, cached)
+                self._prefetched = (ids, uniq, inverse, *self._plan(uniq, pinned_from))
             except BaseException as err:  # raised again by the next call that waits for it
                 self._failed = err
 
@@ -241,55 +255,54 @@ class CachedTables(BatchedTables):
         if failed is not None:
             raise failed
 
-    def _plan_beside_pending(self, uniq: Tensor) -> tuple[Tensor, Tensor]:
-        """``_plan`` with the lookups not yet updated kept: their slots pinned, their overflow rows deferred."""
-        overflow = [u.masked_fill(c, self.num_rows) for u, _, _, c in self._pending_rows]
-        return self._plan(uniq, self.clock + 1 - len(self._pending_rows),
-                          torch.cat(overflow) if overflow else None)
-
     def lookup(self, ids: Tensor, lengths: Tensor, tables: Tensor, *, train: bool) -> Tensor:
         self._join()
         dev = self.device
         ids, lengths, tables = ids.to(dev), lengths.to(dev), tables.to(dev)
         pre, self._prefetched = self._prefetched, None
         if pre is not None and pre[0] is ids:
-            _, uniq, inverse, slot, cached = pre
-        else:
+            _, uniq, inverse, slot, hit, cached = pre
+        else:  # the batches not yet updated keep their slots; a lookup without an update admits nothing
             uniq, inverse = self._rows(ids, lengths, tables)
-            slot, cached = self._plan_beside_pending(uniq)
-        R = self.num_rows
-        w = self.slots["weight"].index_select(0, slot)  # (u, D) the cached rows (pad slot elsewhere)
-        over = self.backing["weight"].index_select(0, torch.where(cached, self._c.R, uniq).to(self.backing["weight"].device))
-        rows = torch.where(cached.unsqueeze(1), w, over.to(dev)).requires_grad_(train)  # (u, D) leaf
+            slot, hit, cached = self._plan(uniq, self.clock + 1 - len(self._pending_rows), admit_misses=train)
+        # a row's values are in its slot unless it was admitted and no update has written it there yet (read
+        # now, not at the plan: a prefetch plans before the batch before it is updated)
+        fresh = hit & ~self.pending.index_select(0, slot)
+        w = self.slots["weight"].index_select(0, slot)  # (u, D) the rows in slots (the pad slot elsewhere)
+        host = self.backing["weight"]
+        over = host.index_select(0, torch.where(fresh, self._c.R, uniq).to(host.device)).to(dev)  # the others
+        rows = torch.where(fresh.unsqueeze(1), w, over).requires_grad_(train)  # (u, D) leaf
         if train:
-            self._pending_rows.append((uniq, slot, rows, cached))
+            self._pending_rows.append((uniq, slot, fresh, cached, rows))
         offsets = torch.zeros(lengths.numel() + 1, dtype=torch.int64, device=dev)
         torch.cumsum(lengths, 0, out=offsets[1:])
         return pooled_sum(rows, inverse, offsets, lengths)  # (n, D)
 
     def step(self) -> None:
-        """The row optimizer on every pending lookup's rows: a cached row in its slot (marked dirty), an
-        overflow row in the backing rows; one update of the u rows, written to both places (padded)."""
+        """The row optimizer on every pending lookup's rows, read where they are (slot or backing rows), written
+        where they belong: a cached row (hit or just admitted) into its slot, marked dirty; an overflow row
+        into the backing rows. One update of the u rows, written to both places (padded)."""
         pending, self._pending_rows = self._pending_rows, []
-        R, S = self.num_rows, self.num_slots
-        for uniq, slot, rows, cached in pending:
+        R = self._c.R
+        for uniq, slot, fresh, cached, rows in pending:
             if rows.grad is None:
                 continue
-            back = torch.where(cached, self._c.R, uniq)
+            where_read = torch.where(fresh, R, uniq)
             state = {}
             for k, a in self.slots.items():
                 if k != "weight":
                     here = a.index_select(0, slot)
-                    there = self.backing[k].index_select(0, back.to(a.device)).to(self.device)
-                    mask = cached.view(-1, *([1] * (here.dim() - 1)))
-                    state[k] = torch.where(mask, here, there)
+                    there = self.backing[k].index_select(0, where_read.to(a.device)).to(self.device)
+                    state[k] = torch.where(fresh.view(-1, *([1] * (here.dim() - 1))), here, there)
             weight = rows.detach().clone()
             self.optimizer.update(weight, state, rows.grad)
             state["weight"] = weight
+            back = torch.where(cached, R, uniq)
             for k, a in self.slots.items():
                 a.index_copy_(0, slot, state[k])
                 self.backing[k].index_copy_(0, back.to(self.backing[k].device), state[k].to(self.backing[k].device))
             self.dirty.index_fill_(0, slot, True)
+            self.pending.index_fill_(0, slot, False)
 
     # ------------------------------------------------------------------------------------------ state
     def flush(self) -> None:
@@ -317,6 +330,8 @@ class CachedTables(BatchedTables):
         self.id_slot.fill_(-1)
         self.slot_id.fill_(-1)
         self.last_use.fill_(-1)
+        self.pending.fill_(False)
+        self._hand = 0
         if self.policy == "frequency":
             self._warm()
 

@@ -166,3 +166,26 @@ def test_bad_cache_settings_are_named():
         CachedTables(SIZES, D, opt, num_slots=4, policy="frequency")
     with pytest.raises(ConfigError, match="expected one of"):
         CachedTables(SIZES, D, opt, num_slots=4, policy="belady")
+
+
+def test_lookups_without_an_update_between_steps_change_nothing():
+    """An evaluation lookup (no update follows: it admits nothing) between a prefetch and the steps around it."""
+    batches = _batches(10)
+    opt = make_optimizer({"name": "adagrad", "lr": 0.05})
+    ref = BatchedTables.from_weights(_weights(), opt)
+    weights = _weights()
+    cached = CachedTables(SIZES, D, opt, num_slots=40, init=lambda t: weights[t])
+    for i, (lens, ids, tgt) in enumerate(batches[:-1]):
+        outs = []
+        for tables in (ref, cached):
+            out = tables.lookup(ids, lens.reshape(-1), TABLES, train=True).view(T, B, D).transpose(0, 1)
+            (out * tgt).sum().backward()
+            if tables is cached:
+                nl, ni, _ = batches[i + 1]
+                cached.prefetch(ni, nl.reshape(-1), TABLES)
+            el, ei, _ = batches[-1]  # an evaluation batch, looked up with the step still to come
+            outs.append(tables.lookup(ei, el.reshape(-1), TABLES, train=False))
+            tables.step()
+        assert torch.equal(outs[0], outs[1]), i
+    for name, array in ref.state_dict().items():
+        assert torch.equal(array, cached.state_dict()[name])
