@@ -47,6 +47,7 @@ import torch
 from haloflow.bench.args import at_least
 from haloflow.cache import (Adagrad, BackingStore, CachedEmbeddingBag, CachedStore, belady_hits, make_policy,
                             simulate)
+from haloflow.cache.batched import pooled_sum
 from haloflow.cache.optim import apply_rows
 from haloflow.cache.policy import DEFAULT_WINDOW
 from haloflow.data.criteo import KAGGLE_TABLE_SIZES
@@ -141,12 +142,13 @@ def _reader_phase(reader: str, folder: str, rows: int, steps: int, batch: int, a
     out: dict = {}
     if reader == "memmap":  # the same math: distinct rows gathered from the map, updated, written back
         arrays = _maps(folder, rows)
+        bag_bounds = torch.cat([offsets, torch.tensor([trace[0].numel()])])  # (B+1,): every batch holds B ids
 
         def run() -> None:
             for i in progress_bar(range(steps), desc="np.memmap", enabled=progress):
                 uniq, inverse = torch.unique(trace[i], return_inverse=True)
                 w = arrays["weight"][uniq].requires_grad_()  # (u, D)
-                pooled = torch.nn.functional.embedding_bag(inverse, w, offsets, mode="sum")
+                pooled = pooled_sum(w, inverse, bag_bounds)  # a row's gradient summed in order, as the stores
                 (pooled * grads).sum().backward()
                 apply_rows(opt, arrays, uniq, w.grad)
     else:

@@ -46,7 +46,12 @@ from haloflow.data.clicks import ClickLogConfig, ClickLogGenerator
 from haloflow.data.jagged import ClickBatch
 from haloflow.engine.runtime import shutdown
 from haloflow.engine.launch import launch_torchrun
+from haloflow.cache import SGD as RowSGD
+from haloflow.engine.dlrm.parallelize import parallelize_dlrm
+from haloflow.engine.dlrm.shard_stores import ShardStores
+from haloflow.engine.dlrm.train import mlp_optimizer, train_step
 from haloflow.models.dlrm import DLRM, DLRMConfig, EmbeddingTables, dlrm_loss
+from haloflow.partition.planner.planner import table_wise_plan
 from haloflow.utils.atomic import atomic_write_text
 from haloflow.utils.help_format import HelpFormatter
 
@@ -156,12 +161,19 @@ def single_process(args, sizes, torchrec: Path | None = None) -> dict:
     model = DLRM(config).to(dev)
     plain = PlainDLRM(sizes).to(dev)
     copy_weights(model, plain)
-    opts = {"haloflow": torch.optim.SGD(fused.parameters(), lr=0.1),  # the tables get no .grad: the MLPs only
+    trainer = parallelize_dlrm(config, table_wise_plan(sizes, config.embedding_dim, 1), None, device=dev,
+                               stores=ShardStores(optimizer=RowSGD(lr=0.1), device=dev))  # same seed: same weights
+    trainer.embeddings.check_ids = False  # the generator's ids are in range
+    opts = {"haloflow-trainer": mlp_optimizer(trainer, "sgd", 0.1),
+            "haloflow": torch.optim.SGD(fused.parameters(), lr=0.1),  # the tables get no .grad: the MLPs only
             "haloflow-autograd": torch.optim.SGD(model.parameters(), lr=0.1),
             "plain": torch.optim.SGD(plain.parameters(), lr=0.1)}
 
     def step(name, b, inputs):
         opt = opts[name]
+        if name == "haloflow-trainer":  # the trainer's own step: one lookup and one update for all tables
+            B = b.batch_size
+            return train_step(trainer, opt, b, [B], [B], B).sum().detach()
         opt.zero_grad(set_to_none=True)
         if name == "plain":
             loss = nn.functional.binary_cross_entropy_with_logits(plain(b.dense, *inputs), b.labels)
@@ -199,7 +211,10 @@ def single_process(args, sizes, torchrec: Path | None = None) -> dict:
     def ratio(name, ref="plain"):  # the median of per-round ratios
         return statistics.median(a / b for a, b in zip(rates[name], rates[ref]))
 
-    result = {"haloflow_samples_per_s": statistics.median(rates["haloflow"]),
+    result = {"trainer_samples_per_s": statistics.median(rates["haloflow-trainer"]),
+              "trainer_ratio": ratio("haloflow-trainer"), "trainer_losses_equal": agree("haloflow-trainer", 1e-5),
+              "trainer_ratio_vs_torchrec": None,
+              "haloflow_samples_per_s": statistics.median(rates["haloflow"]),
               "autograd_samples_per_s": statistics.median(rates["haloflow-autograd"]),
               "plain_samples_per_s": statistics.median(rates["plain"]), "ratio": ratio("haloflow"),
               "autograd_ratio": ratio("haloflow-autograd"), "target": TARGET,
@@ -211,6 +226,7 @@ def single_process(args, sizes, torchrec: Path | None = None) -> dict:
     if "torchrec" in runs:
         result.update(torchrec_samples_per_s=statistics.median(rates["torchrec"]),
                       ratio_vs_torchrec=ratio("haloflow", "torchrec"),
+                      trainer_ratio_vs_torchrec=ratio("haloflow-trainer", "torchrec"),
                       meets_torchrec_target=ratio("haloflow", "torchrec") >= TORCHREC_TARGET,
                       torchrec_losses_equal=agree("torchrec", TORCHREC_LOSS_RTOL))
     return result
@@ -349,6 +365,11 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
           f"losses equal: {single['warmup_losses_equal']}")
     print(f"{'  autograd sparse path':<22} {single['autograd_samples_per_s']:>10.0f} {single['autograd_ratio']:>9.2f}  "
           "sparse gradients + torch.optim.SGD, as the peer")
+    vs_tr = single["trainer_ratio_vs_torchrec"]
+    print(f"{'  the trainer step':<22} {single['trainer_samples_per_s']:>10.0f} {single['trainer_ratio']:>9.2f}  "
+          "train dlrm's step: one lookup and one fused update for all tables"
+          + (f"; / TorchRec {vs_tr:.2f}" if vs_tr is not None else "")
+          + f"; losses within 1e-5: {single['trainer_losses_equal']}")
     if single["torchrec_samples_per_s"] is None:
         print(NOT_INSTALLED if args.torchrec_python is None else "torchrec: left out (--torchrec-python '')")
     else:

@@ -5,13 +5,17 @@ The 26 Criteo Kaggle tables (33,762,577 rows, D 16: 2.16 GB of float32; ``--tiny
 haloflow's ``DLRM`` (13-512-256-64-16, 367-512-256-1), SGD lr 0.1 on the tables and the MLPs as ``bench dlrm``,
 the same synthetic Zipf batches (``haloflow.data.clicks``, batch 2,048) for every contestant::
 
-    uncached     StoreTables over MemoryStore: every row on the device, SGD fused into the stores (the oracle)
-    1% cached    StoreTables over CachedStore: ceil(1 % of each table's rows) slots on the device, every row in a
-    5% cached    pinned host BackingStore, LRU (the trainer's default policy); the next batch is prefetched on
-                 a side stream (``RowMover``) between this batch's forward and its backward
+    uncached     the trainer's path (``parallelize_dlrm`` on one rank, ``train.train_step``): every table in one
+                 ``BatchedTables`` on the device, SGD fused into its update (the oracle)
+    1% cached    the same with ``--cache-ratio``: one ``CachedTables``, ceil(1 % of each table's rows) slots in
+    5% cached    all on the device, every row in pinned host memory, its directory device tensors (LRU); the
+                 next batch planned on a side stream between this batch's forward and its backward
     params       DLRM's own EmbeddingTables: the tables as parameters on the device, SGD fused into their
-                 backward (the trainer's path without a cache; for context: it adds a row's gradient one
-                 occurrence at a time, so its weights differ from the stores' by rounding)
+                 backward (for context: it adds a row's gradient one occurrence at a time, so its weights differ
+                 from the stores' by rounding)
+
+Every timed step runs under ``torch.cuda.set_sync_debug_mode("warn")``: the device-to-host synchronisations of
+each contestant's steps are counted (the trainer's step should have none).
 
 Timing: ``--warmup`` untimed steps, then R rounds of S steps per contestant, the contestants' order reversed
 every other round, each round timed with CUDA events (``common.Timer``); samples/s is the median over rounds and
@@ -28,20 +32,23 @@ import math
 import statistics
 import sys
 import time
+import warnings
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
 
 from haloflow.bench.device.common import (Table, Timer, parse_part_args, part_parser, peak_memory_mib,
                                           reset_peak_memory, sync, write_part)
-from haloflow.cache import SGD, BackingStore, CacheConfig, CachedEmbeddingBag, CachedStore, CacheStats, MemoryStore
+from haloflow.cache import SGD, CacheConfig, CacheStats
 from haloflow.data.clicks import CHUNK, ClickLogConfig, ClickLogGenerator
 from haloflow.data.jagged import ClickBatch
-from haloflow.engine.dlrm.shard_stores import store_bytes
-from haloflow.engine.dlrm.store_tables import StoreTables
+from haloflow.engine.dlrm.parallelize import parallelize_dlrm
+from haloflow.engine.dlrm.shard_stores import ShardStores
+from haloflow.engine.dlrm.train import mlp_optimizer, train_step
 from haloflow.models.dlrm import DLRM, DLRMConfig, EmbeddingTables, dlrm_loss
-from haloflow.kernels.keyed_uniform import keyed_uniform_rows
+from haloflow.partition.planner.planner import table_wise_plan
 
 NAME = "cache_gpu"
 LR = 0.1  # bench dlrm's SGD learning rate, tables and MLPs
@@ -57,41 +64,40 @@ NOTES = (
     "row's summed gradient, so it differs by rounding and is not required to match.",
     "Hit rate: distinct ids of a batch found in a slot, over every step from empty caches (LRU, the trainer's "
     "default): a cold-start figure, below the steady state of a long run (bench cache gives hit rates against "
-    "cache size). Bytes: rows the caches moved (loads, write-backs, rows read or updated in host memory); the "
-    "batches sit on the device before timing, and the ids each gather and prefetch copy to the host to plan "
-    "(8 bytes a distinct id) are not counted.",
+    "cache size). Bytes: rows the caches moved (admitted rows, write-backs); the batches sit on the device before "
+    "timing. syncs: device-to-host synchronisations torch warned of in the timed steps (set_sync_debug_mode).",
     "Reference (context only, not this run): Colossal-AI reports about 0.62x at a 1 % cache on Criteo Kaggle and "
     "0.93x on Criteo 1TB against TorchRec's UVM.",
 )
-CPU_NOTE = ("On cpu the slots are host memory: CachedStore's host path (compiled copies, no pinned memory, no side "
-            "stream), and RowMover's OverlapChooser decides step by step whether the prefetch runs in a thread; "
-            "device slots over pinned rows, and the side stream, run only with --device cuda.")
+CPU_NOTE = ("On cpu the slots and the backing rows are both host memory and the prefetch plans in a thread; pinned "
+            "rows, the side stream and the sync counter run only with --device cuda.")
 
 
 @dataclass
 class Contestant:
-    """One configuration: its model, its MLP optimizer, its row stores (None: tables as parameters)."""
+    """One configuration: its model and MLP optimizer; ``net`` the trainer's model (None: tables as parameters)."""
 
     name: str
-    model: DLRM
+    model: torch.nn.Module
     opt: torch.optim.Optimizer
-    stores: StoreTables | None
-    prefetch: bool
+    net: object | None
     rates: list[float] = field(default_factory=list)  # samples/s per round
     losses: list[torch.Tensor] = field(default_factory=list)  # one 0-dim tensor per step, never synchronised
     step_ms: float = 0.0  # the last warm-up step, wall clock
+    syncs: int | None = None  # device-to-host synchronisations seen in the timed steps (counted on CUDA only)
 
     def step(self, batch: ClickBatch, upcoming: ClickBatch | None) -> None:
-        """One training step on ``batch``; ``upcoming`` (the next batch of the same round) is prefetched between
-        the forward and the backward."""
+        """One training step on ``batch``; ``upcoming`` (the next batch of the same round) is planned between the
+        forward and the backward, on a side stream, when the tables are cached."""
+        if self.net is not None:
+            B = batch.batch_size
+            nxt = upcoming if upcoming is not None and self.net.embeddings.can_prefetch else None
+            losses = train_step(self.net, self.opt, batch, [B], [B], B, nxt, background=True)
+            self.losses.append(losses.sum().detach())
+            return
         self.opt.zero_grad(set_to_none=True)
-        logits = self.model(batch.dense, batch.sparse)  # (B,); the stores' gathers wait for the ids on the host
-        if self.prefetch and upcoming is not None:
-            self.stores.prefetch(upcoming.sparse)  # plans now, copies on the side stream
-        loss = dlrm_loss(logits, batch.labels)
+        loss = dlrm_loss(self.model(batch.dense, batch.sparse), batch.labels)
         loss.backward()
-        if self.stores is not None:
-            self.stores.step()  # the stores' fused SGD on the rows this batch touched
         self.opt.step()
         self.losses.append(loss.detach())
 
@@ -112,29 +118,18 @@ def draw_batches(config: ClickLogConfig, batch: int, count: int, workers: int) -
 def build(sizes: tuple[int, ...], dev: torch.device, seed: int) -> dict[str, Contestant]:
     """Every contestant, from the same initial rows and MLP weights (``keyed_uniform_rows``, ``DLRMConfig.seed``)."""
     config = DLRMConfig(table_sizes=sizes, seed=seed)
-    pin = dev.type == "cuda"  # pinned host rows: the loads to the slots are asynchronous copies
-    optimizer = SGD(lr=LR)
-    bags: dict[str, list[CachedEmbeddingBag]] = {UNCACHED: [], **{_cached(r): [] for r in RATIOS}}
+    plan = table_wise_plan(sizes, config.embedding_dim, 1)
     t0 = time.perf_counter()
-    for t, n in enumerate(sizes):
-        weight = keyed_uniform_rows(seed, t, n, (0, n), (0, config.embedding_dim))  # (n, D) on the host
-        bags[UNCACHED].append(CachedEmbeddingBag(MemoryStore(weight.to(dev, copy=True), optimizer, name=f"t{t}"),
-                                                 include_last_offset=True))
-        for r in RATIOS:
-            backing = BackingStore.in_memory(n, config.embedding_dim, optimizer, weight=weight, pin=pin,
-                                             name=f"t{t}")  # a copy: every contestant starts from the same rows
-            store = CachedStore.from_config(backing, CacheConfig(ratio=r), device=dev)
-            bags[_cached(r)].append(CachedEmbeddingBag(store, include_last_offset=True))
-    print(f"[{NAME}] row stores built in {time.perf_counter() - t0:.1f} s", flush=True)
     out = {}
-    for name, b in bags.items():
-        stores = StoreTables(b)
-        model = DLRM(config, embeddings=stores).to(dev)  # moves the MLPs; the stores already sit where they live
-        out[name] = Contestant(name, model, torch.optim.SGD(model.dense_parameters(), lr=LR), stores,
-                               prefetch=name != UNCACHED)
+    for name, cache in ((UNCACHED, None), *((_cached(r), CacheConfig(ratio=r)) for r in RATIOS)):
+        stores = ShardStores(optimizer=SGD(lr=LR), cache=cache, device=dev)
+        net = parallelize_dlrm(config, plan, None, stores=stores, device=dev)
+        net.embeddings.check_ids = False  # the generator's ids are in range
+        out[name] = Contestant(name, net, mlp_optimizer(net, "sgd", LR), net)
+    print(f"[{NAME}] tables built in {time.perf_counter() - t0:.1f} s", flush=True)
     tables = EmbeddingTables(sizes, config.embedding_dim, seed, fused_sgd_lr=LR)
     model = DLRM(config, embeddings=tables).to(dev)
-    out[PARAMS] = Contestant(PARAMS, model, torch.optim.SGD(model.dense_parameters(), lr=LR), None, prefetch=False)
+    out[PARAMS] = Contestant(PARAMS, model, torch.optim.SGD(model.dense_parameters(), lr=LR), None)
     return out
 
 
@@ -147,9 +142,27 @@ def run_round(c: Contestant, batches: list[ClickBatch], timer: Timer | None) -> 
     the round when ``timer`` is given."""
     if timer is not None:
         timer.start()
-    for i, b in enumerate(batches):
-        c.step(b, batches[i + 1] if i + 1 < len(batches) else None)
+    with counting_syncs(c, timer is not None and batches[0].dense.device.type == "cuda"):
+        for i, b in enumerate(batches):
+            c.step(b, batches[i + 1] if i + 1 < len(batches) else None)
     return timer.stop() if timer is not None else None
+
+
+@contextmanager
+def counting_syncs(c: Contestant, on: bool):
+    """Count in ``c.syncs`` the device-to-host synchronisations torch warns of (``set_sync_debug_mode``)."""
+    if not on:
+        yield
+        return
+    c.syncs = c.syncs or 0
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            yield
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    c.syncs += sum("synchroniz" in str(w.message) for w in seen)
 
 
 def warm_up(runs: dict[str, Contestant], batches: list[ClickBatch], dev: torch.device) -> None:
@@ -167,9 +180,9 @@ def warm_up(runs: dict[str, Contestant], batches: list[ClickBatch], dev: torch.d
 @torch.no_grad()
 def compare(ref: Contestant, other: Contestant) -> dict:
     """Every table row, every MLP weight and every step's loss of ``other`` against ``ref``: equal, max |diff|."""
-    ref_rows = ref.stores.state_dict_rows()
-    if other.stores is not None:
-        rows = [r["weight"] for r in other.stores.state_dict_rows()]  # flushed: the backing stores are complete
+    ref_rows = [s.state_dict() for s in ref.net.embeddings.slot_stores()]
+    if other.net is not None:  # flushed: the backing rows are complete
+        rows = [s.state_dict()["weight"] for s in other.net.embeddings.slot_stores()]
     else:
         rows = [bag.weight.detach() for bag in other.model.embeddings.tables]
     tables_equal, table_diff = True, 0.0
@@ -188,14 +201,14 @@ def compare(ref: Contestant, other: Contestant) -> dict:
 
 
 def cache_stats(c: Contestant) -> CacheStats:
-    return c.stores.cache_stats() if c.stores is not None else CacheStats()
+    return c.net.embeddings.cache_stats() if c.net is not None else CacheStats()
 
 
 def device_bytes(c: Contestant) -> int:
-    """Bytes of table rows (or cache slots) the contestant holds on the device."""
-    if c.stores is None:
+    """Bytes of table rows (or cache slots and directory) the contestant holds on the device."""
+    if c.net is None:
         return sum(bag.weight.numel() * bag.weight.element_size() for bag in c.model.embeddings.tables)
-    return sum(store_bytes(bag.store)[0] for bag in c.stores.bags)
+    return int(c.net.embeddings.storage().device)
 
 
 def time_rounds(runs: dict[str, Contestant], timed: list[ClickBatch], rounds: int, dev: torch.device) -> None:
@@ -227,12 +240,13 @@ def summarise(runs: dict[str, Contestant], stats: dict[str, CacheStats], steps: 
         diff = None if cmp is None else max(cmp["tables_max_abs_diff"], cmp["mlp_max_abs_diff"])
         rows.append([name, rate, x, s.hit_rate if s.lookups else None, s.bytes_to_device / steps / MB,
                      s.bytes_to_host / steps / MB, s.bytes_to_device / MB, s.bytes_to_host / MB, held / MB,
-                     {UNCACHED: "(ref)", PARAMS: "n/a"}.get(name, exact), diff])
+                     {UNCACHED: "(ref)", PARAMS: "n/a"}.get(name, exact), diff, c.syncs])
         configs[name] = {"samples_per_s": rate, "x_uncached": x, "rates": c.rates,
                          "x_params": statistics.median(a / b for a, b in zip(c.rates, params.rates)),
                          "warmup_step_ms": c.step_ms, "stats": s.as_dict(), "device_table_bytes": held,
                          "bytes_to_device_per_step": s.bytes_to_device / steps,
-                         "bytes_to_host_per_step": s.bytes_to_host / steps, "identical": exact, "comparison": cmp}
+                         "bytes_to_host_per_step": s.bytes_to_host / steps, "identical": exact, "comparison": cmp,
+                         "syncs_in_timed_steps": c.syncs}
     return rows, configs, ok
 
 
@@ -276,8 +290,8 @@ def main(argv: list[str] | None = None) -> int:
              f"x {S} steps (+{len(warm)} warm-up), order alternating; samples/s median, x: median of per-round "
              f"ratios; bytes over all {steps} steps")
     table = Table(title, ["config", "samples/s", "x uncached", "hit rate", "H2D MB/step", "D2H MB/step",
-                          "H2D MB", "D2H MB", "device MB", "identical", "max |diff|"],
-                  float_fmt=[".0f", ".0f", ".3f", ".3f", ".3f", ".3f", ".1f", ".1f", ".1f", "", ".3g"], rows=rows)
+                          "H2D MB", "D2H MB", "device MB", "identical", "max |diff|", "syncs"],
+                  float_fmt=[".0f", ".0f", ".3f", ".3f", ".3f", ".3f", ".1f", ".1f", ".1f", "", ".3g", ""], rows=rows)
     notes = [*NOTES,
              f"Steps: {S * rounds} timed of {steps_max} asked ({budget:.1f} s left for them at the warm-up's step "
              f"times; set-up took {t_timed - t_start:.1f} s, the whole part {time.perf_counter() - t_start:.1f} s)."]

@@ -5,7 +5,9 @@ rows), 13 dense features, bottom MLP 512-256-64, top 512-256, SGD lr 0.1, synthe
 (``haloflow.data.clicks``). Contestants (the same weights, the same batches, rounds in rotating order, samples/s of
 each round; ratio = median of per-round ratios against plain):
 
-    haloflow           DLRM with SGD fused into the tables' backward (no table gradient is built)
+    haloflow-trainer   the trainer's step (``train.train_step``): every table in one ``BatchedTables``, one lookup
+                       and one fused SGD update for all of them, the MLPs' SGD fused; nothing read back in a step
+    haloflow           DLRM with SGD fused into each table's backward (no table gradient is built)
     haloflow-autograd  the same model through autograd's sparse gradients and torch.optim.SGD
     plain              plain PyTorch: one nn.EmbeddingBag(sparse=True) per table, the same MLPs, torch.optim.SGD
 
@@ -27,7 +29,12 @@ from haloflow.bench.device.common import (Table, Timer, copy_bandwidth, parse_pa
                                           reset_peak_memory, time_ms, write_part)
 from haloflow.bench.dlrm import PlainDLRM, copy_weights, plain_inputs, race
 from haloflow.data.clicks import ClickLogConfig, ClickLogGenerator
+from haloflow.cache import SGD
+from haloflow.engine.dlrm.parallelize import parallelize_dlrm
+from haloflow.engine.dlrm.shard_stores import ShardStores
+from haloflow.engine.dlrm.train import mlp_optimizer, train_step
 from haloflow.models.dlrm import DLRM, DLRMConfig, EmbeddingTables, dlrm_loss
+from haloflow.partition.planner.planner import table_wise_plan
 
 NAME = "dlrm_gpu"
 LOSS_RTOL = 1e-5
@@ -42,23 +49,37 @@ def build(sizes: tuple[int, ...], dev: torch.device) -> dict:
     autograd = DLRM(config).to(dev)  # haloflow's keyed initialisation runs on the host
     with torch.device(dev):  # nn.EmbeddingBag draws its own initial rows on the device, then `reset` copies ours
         plain = PlainDLRM(sizes)
-    return {"haloflow": fused, "haloflow-autograd": autograd, "plain": plain}
+    stores = ShardStores(optimizer=SGD(lr=LR), device=dev)
+    trainer = parallelize_dlrm(config, table_wise_plan(sizes, config.embedding_dim, 1), None, stores=stores,
+                               device=dev)
+    trainer.embeddings.check_ids = False  # the generator's ids are in range
+    return {"haloflow-trainer": trainer, "haloflow": fused, "haloflow-autograd": autograd, "plain": plain}
 
 
+@torch.no_grad()
 def reset(models: dict) -> None:
     """Every contestant back to the fused model's current weights (so the next batch size starts level)."""
     src = models["haloflow"]
     copy_weights(src, models["plain"])
     models["haloflow-autograd"].load_state_dict(src.state_dict())
+    trainer = models["haloflow-trainer"]
+    for store, bag in zip(trainer.embeddings.slot_stores(), src.embeddings.tables):
+        store.load_state_dict({"weight": bag.weight.detach()})
+    trainer.model.bottom.load_state_dict(src.bottom.state_dict())
+    trainer.model.top.load_state_dict(src.top.state_dict())
 
 
 def runners(models: dict, batches: list, dev: torch.device) -> dict:
     plain_batches = [plain_inputs(b.sparse) for b in batches]
-    opts = {name: torch.optim.SGD(m.parameters(), lr=LR) for name, m in models.items()}
+    opts = {name: torch.optim.SGD(m.parameters(), lr=LR) for name, m in models.items() if name != "haloflow-trainer"}
+    opts["haloflow-trainer"] = mlp_optimizer(models["haloflow-trainer"], "sgd", LR)
 
     def step(name, i):
-        opts[name].zero_grad(set_to_none=True)
         b = batches[i]
+        if name == "haloflow-trainer":
+            B = b.batch_size
+            return train_step(models[name], opts[name], b, [B], [B], B).sum().detach()
+        opts[name].zero_grad(set_to_none=True)
         if name == "plain":
             loss = torch.nn.functional.binary_cross_entropy_with_logits(models[name](b.dense, *plain_batches[i]),
                                                                         b.labels)
@@ -80,16 +101,16 @@ def runners(models: dict, batches: list, dev: torch.device) -> dict:
     return {name: local(name) for name in models}
 
 
-def lookup_row(model: DLRM, batch, dev: torch.device, copy_gbs: float, repeats: int) -> list:
+def lookup_row(name: str, model, batch, dev: torch.device, copy_gbs: float, repeats: int) -> list:
     sparse = batch.sparse
     T, B = sparse.lengths.shape
-    D = model.embeddings.tables[0].weight.shape[1]
+    D = 16
     nnz = int(sparse.values.numel())
     with torch.no_grad():
         ms = statistics.median(time_ms(lambda: model.embeddings(sparse), dev, warmup=3, repeats=repeats))
     nbytes = nnz * (D * 4 + sparse.values.element_size()) + B * T * D * 4 + sparse.lengths.numel() * 8
     gbs = nbytes / (ms * 1e-3) / 1e9
-    return [B, nnz, ms, nbytes / 1e9, gbs, gbs / copy_gbs]
+    return [name, B, nnz, ms, nbytes / 1e9, gbs, gbs / copy_gbs]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -102,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     gen = ClickLogGenerator(ClickLogConfig(max_rows=1000 if args.tiny else None, seed=args.seed))
     sizes = tuple(gen.sizes)
     copy_gbs = copy_bandwidth(dev, nbytes=(1 << 24) if args.tiny else (1 << 31))
-    print(f"[{NAME}] {len(sizes)} tables, {sum(sizes):,} rows: building the three models on {dev}", flush=True)
+    print(f"[{NAME}] {len(sizes)} tables, {sum(sizes):,} rows: building the four models on {dev}", flush=True)
     reset_peak_memory(dev)
     models = build(sizes, dev)
     reset(models)
@@ -112,8 +133,8 @@ def main(argv: list[str] | None = None) -> int:
                   ["batch", "contestant", "samples/s", "ratio", "warm-up losses equal"],
                   float_fmt=["", "", ",.0f", ".3f", ""])
     lookup = Table(f"haloflow's pooled lookup alone (forward; copy bandwidth {copy_gbs:.0f} GB/s)",
-                   ["batch", "ids", "ms", "GB moved (min)", "GB/s", "of copy bw"],
-                   float_fmt=["", ",", ".3f", ".4f", ".0f", ".1%"])
+                   ["lookup", "batch", "ids", "ms", "GB moved (min)", "GB/s", "of copy bw"],
+                   float_fmt=["", "", ",", ".3f", ".4f", ".0f", ".1%"])
     results, ok = [], True
     for b in batch_sizes:
         print(f"[{NAME}] batch {b}: {steps + warmup} batches, {rounds} rounds", flush=True)
@@ -126,10 +147,11 @@ def main(argv: list[str] | None = None) -> int:
             equal = all(abs(x - y) <= LOSS_RTOL * max(1.0, abs(y)) for x, y in zip(losses[name], losses["plain"]))
             ok &= equal
             table.rows.append([b, name, statistics.median(rates[name]), ratio, equal])
-        lookup.rows.append(lookup_row(models["haloflow"], batches[0], dev, copy_gbs, 5 if args.tiny else 20))
+        for name, label in (("haloflow", "a bag per table"), ("haloflow-trainer", "one for all tables")):
+            lookup.rows.append(lookup_row(label, models[name], batches[0], dev, copy_gbs, 5 if args.tiny else 20))
         results.append({"batch_size": b, "samples_per_s": {k: statistics.median(v) for k, v in rates.items()},
                         "rates": rates, "warmup_losses": losses, "steps_per_round": chunk})
-    notes = [f"Device memory: {resident:.0f} MiB resident for the three models, peak {peak_memory_mib(dev):.0f} MiB."
+    notes = [f"Device memory: {resident:.0f} MiB resident for the four models, peak {peak_memory_mib(dev):.0f} MiB."
              if resident is not None else "No device memory counters on a CPU."]
     return write_part(args, NAME, [table, lookup], {"copy_gbs": copy_gbs, "table_rows": sum(sizes),
                                                     "batches": results}, ok=ok, notes=notes)
