@@ -59,6 +59,33 @@ class _PooledSum(torch.autograd.Function):
         return rows, None, None, None
 
 
+class _TableBags(torch.autograd.Function):
+    """Forward: ``embedding_bag`` of the table itself. Backward: the rows' gradient summed per distinct row in
+    order (``_PooledSum``'s), put in ``holder`` for the update; the table gets none (``anchor``, an empty leaf
+    that requires grad, is what makes autograd call this backward)."""
+
+    @staticmethod
+    def forward(ctx, anchor: Tensor, weight: Tensor, rows: Tensor, offsets: Tensor, lengths: Tensor,
+                inverse: Tensor, holder: list) -> Tensor:
+        ctx.save_for_backward(inverse, lengths)
+        ctx.holder = holder
+        return F.embedding_bag(rows, weight, offsets, mode="sum", include_last_offset=True)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        inverse, lengths = ctx.saved_tensors
+        rows, _, _, _ = _PooledSum.backward(_Saved(ctx, inverse, lengths), grad)
+        ctx.holder.append(rows)  # (u, D), for ``BatchedTables.step``
+        return None, None, None, None, None, None, None
+
+
+class _Saved:
+    """What ``_PooledSum.backward`` reads from its context."""
+
+    def __init__(self, ctx, inverse: Tensor, lengths: Tensor):
+        self.saved_tensors, self.num_rows = (inverse, lengths), inverse.numel()
+
+
 def pooled_sum(rows: Tensor, inverse: Tensor, offsets: Tensor, lengths: Tensor | None = None) -> Tensor:
     """Bag j = the sum of ``rows[inverse[offsets[j]:offsets[j+1]]]``; a row's gradient sums its occurrences in
     order. ``lengths``: ``offsets.diff()``, when the caller has it. Shapes: rows (u, D), inverse (nnz,),
@@ -124,7 +151,8 @@ class BatchedTables:
         for k, (shape, value) in optimizer.state_spec(self.dim).items():
             self.arrays[k] = torch.full((self.num_rows + 1, *shape), value, dtype=dtype, device=self.device)
         self.row_offsets = torch.tensor(self.offsets[:-1], dtype=torch.int64, device=self.device)  # (T,)
-        self._pending: list[tuple[Tensor, Tensor]] = []  # (uniq, rows) of forwards not yet stepped
+        self._pending: list[tuple[Tensor, list]] = []  # (uniq, [its gradient, once backward ran]) of lookups
+        self._anchor = torch.zeros(0, device=self.device, requires_grad=True)
 
     @classmethod
     def from_weights(cls, weights: Sequence[Tensor], optimizer: RowOptimizer, **kwargs) -> BatchedTables:
@@ -152,20 +180,25 @@ class BatchedTables:
         dev = self.device
         ids, lengths, tables = ids.to(dev), lengths.to(dev), tables.to(dev)
         base = torch.repeat_interleave(self.row_offsets.index_select(0, tables), lengths, output_size=nnz)
-        uniq, inverse = padded_unique(ids + base, self.num_rows)  # (nnz,), (nnz,)
-        rows = self.arrays["weight"].index_select(0, uniq).requires_grad_(train)  # (nnz, D) leaf
-        if train:
-            self._pending.append((uniq, rows))
+        rows = ids + base  # (nnz,) rows of the end-to-end tables
         offsets = torch.zeros(lengths.numel() + 1, dtype=torch.int64, device=dev)
         torch.cumsum(lengths, 0, out=offsets[1:])
-        return pooled_sum(rows, inverse, offsets, lengths)  # (n, D)
+        weight = self.arrays["weight"]
+        if not train:
+            return F.embedding_bag(rows, weight, offsets, mode="sum", include_last_offset=True)  # (n, D)
+        uniq, inverse = padded_unique(rows, self.num_rows)  # (nnz,), (nnz,)
+        # the distinct rows' gradient (u, D) arrives in ``grad`` by backward: the same sums as ``pooled_sum``'s
+        # gradient of gathered rows, without gathering them (the bags read the table itself)
+        holder: list[Tensor] = []
+        self._pending.append((uniq, holder))
+        return _TableBags.apply(self._anchor, weight, rows, offsets, lengths, inverse, holder)  # (n, D)
 
     def step(self) -> None:
         """The row optimizer on every pending lookup's rows (after backward); lookups without a gradient skip."""
         pending, self._pending = self._pending, []
-        for uniq, rows in pending:
-            if rows.grad is not None:
-                apply_rows(self.optimizer, self.arrays, uniq, rows.grad)
+        for uniq, holder in pending:
+            if holder:
+                apply_rows(self.optimizer, self.arrays, uniq, holder[0])
 
     def state_dict(self) -> dict[str, Tensor]:
         """Every table's rows end to end (the pad row left out), shared: clone to snapshot."""

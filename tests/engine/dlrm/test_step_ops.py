@@ -100,7 +100,8 @@ def test_a_step_costs_the_same_ops_for_26_and_52_tables_and_reads_nothing_back(o
     assert c26.syncs == [] and c52.syncs == [], (c26.syncs, c52.syncs)
     assert abs(c26.total - c52.total) <= MAX_SPREAD, (c26.total, c52.total, c52.counts - c26.counts)
     assert max(c26.total, c52.total) <= (MAX_OPS if cache is None else MAX_OPS_CACHED), c52.counts.most_common(20)
-    assert c26.counts["_embedding_bag"] == 1  # one lookup for all tables
+    bags = {k: n for k, n in c26.counts.items() if k.startswith("_embedding_bag") and "backward" not in k}
+    assert sum(bags.values()) == 1, bags  # one lookup for all tables
 
 
 def test_the_counter_catches_a_loss_read_back():
