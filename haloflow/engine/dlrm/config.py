@@ -82,7 +82,7 @@ class DLRMTrainConfig:
     # rounding differs with K, since each rank sums its own slice's gradients, and a ReLU input that rounding
     # moves across 0 makes the runs part; see engine/dlrm/parallelize.py)
     dtype: str = option("float32", choices=("float32", "float64"), help="floating type of the MLPs and tables "
-                        "(float64: for parity checks; not with row stores)")
+                        "(float64: for parity checks; not with --cache-ratio)")
     dp_grad: str = option("sparse", choices=("sparse", "dense"), help="how data-parallel tables' gradients are summed "
                           "(dense: per rank, then over ranks; only with --no-k-invariance)")
     # V, not K, defines the run (engine/logical.py): the global batch is cut into V slices, the plan made for V
@@ -100,7 +100,8 @@ class DLRMTrainConfig:
     cache_ratio: float | None = option(
         None, metavar="R", means="whole tables on the device", help="keep this fraction of each table's rows in a "
         "software cache on the device, the rest in host memory (e.g. 0.01; with --nproc/--plan, of each shard's "
-        "rows); a plan's cached tables get their planned caches either way")
+        "rows; a rank's tables share one cache of the summed size); a plan's cached tables get their planned "
+        "caches either way")
     cache_policy: str = option("lru", choices=("lru", "lfu", "frequency"), help="which rows stay cached")
     runtime: RuntimeConfig = nested(lambda: RuntimeConfig(timeout_s=300.0), "running")
 
@@ -128,10 +129,9 @@ class DLRMTrainConfig:
             raise ConfigError(f"lr must be a finite number > 0, got {self.lr}", field="lr")
         if self.dtype not in ("float32", "float64"):
             raise ConfigError(f"dtype must be float32 or float64, got {self.dtype!r}", field="dtype")
-        if self.dtype != "float32" and (self.cache_ratio is not None or self.optimizer != "sgd"):
-            raise ConfigError(f"dtype {self.dtype} needs the tables as parameters, but optimizer {self.optimizer!r} "
-                              f"/ cache_ratio {self.cache_ratio} keep them in float32 row stores: expected dtype "
-                              "float32, or sgd without a cache", field="dtype")
+        if self.dtype != "float32" and self.cache_ratio is not None:
+            raise ConfigError(f"dtype {self.dtype}: a cache (cache_ratio {self.cache_ratio}) holds float32 rows; "
+                              "expected dtype float32 with a cache, or no cache_ratio", field="dtype")
         if self.cache_ratio is not None and not 0 < self.cache_ratio <= 1:
             raise ConfigError(f"cache_ratio must be in (0, 1], got {self.cache_ratio}", field="cache_ratio")
         if self.dp_grad not in ("sparse", "dense"):

@@ -32,3 +32,9 @@ def test_adagrad_at_its_default_rate_trains_the_synthetic_log_sanely_in_40_steps
     assert len(losses) == 40 and DEFAULT_LR[optimizer] == 0.01
     assert max(losses) < 10, losses[:5]
     assert sum(losses[-10:]) / 10 < 0.7, losses[-10:]
+
+
+def test_float64_tables_train_with_any_optimizer_but_not_in_a_cache():
+    DLRMTrainConfig(synthetic=True, dtype="float64", optimizer="adagrad")  # row stores hold any float type
+    with pytest.raises(ConfigError, match="a cache .* holds float32 rows"):
+        DLRMTrainConfig(synthetic=True, dtype="float64", cache_ratio=0.1)
