@@ -294,7 +294,7 @@ class CachedTables(BatchedTables):
                     here = a.index_select(0, slot)
                     there = self.backing[k].index_select(0, where_read.to(a.device)).to(self.device)
                     state[k] = torch.where(fresh.view(-1, *([1] * (here.dim() - 1))), here, there)
-            weight = rows.detach().clone()
+            weight = rows.detach()  # (u, D) read at the lookup; no longer needed by autograd: updated in place
             self.optimizer.update(weight, state, rows.grad)
             state["weight"] = weight
             back = torch.where(cached, R, uniq)
