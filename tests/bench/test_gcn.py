@@ -43,7 +43,9 @@ def test_a_failing_peer_raises_its_message_and_leaves_nothing_behind(tmp_path, o
     # our own Python has no dgl: the peer starts, answers its setup with an error and exits
     with pytest.raises(PeerError, match="dgl does not import"):
         main([*TINY, "--dgl-python", sys.executable, "--out", str(tmp_path / "gcn.json")])
-    assert not list(own_tmp.iterdir())  # the graph's .npz went with its folder
+    # the graph's .npz went with its folder; PyG renders GCNConv's propagate into a module file of its own the first
+    # time a process builds one (whether that is this test depends on what ran before in this worker): not ours
+    assert not [p for p in own_tmp.iterdir() if not p.name.startswith("torch_geometric.")]
 
 
 @pytest.mark.skipif(default_peer_python("dgl") is None,
