@@ -52,11 +52,16 @@ class _PooledSum(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: Tensor):
         inverse, lengths = ctx.saved_tensors
-        bag = torch.repeat_interleave(torch.arange(lengths.numel(), device=grad.device), lengths,
-                                      output_size=inverse.numel())  # (nnz,) the bag of every occurrence
-        rows = torch.zeros(ctx.num_rows, grad.shape[1], dtype=grad.dtype, device=grad.device)
-        rows.index_add_(0, inverse, grad.index_select(0, bag))  # (u, D)
-        return rows, None, None, None
+        return _row_grads(grad, inverse, lengths, ctx.num_rows), None, None, None
+
+
+def _row_grads(grad: Tensor, inverse: Tensor, lengths: Tensor, num_rows: int) -> Tensor:
+    """Each row's gradient, its occurrences' bag gradients added in order: grad (n, D) of the bags, inverse
+    (nnz,) the row of every occurrence, lengths (n,) -> (num_rows, D)."""
+    bag = torch.repeat_interleave(torch.arange(lengths.numel(), device=grad.device), lengths,
+                                  output_size=inverse.numel())  # (nnz,) the bag of every occurrence
+    rows = torch.zeros(num_rows, grad.shape[1], dtype=grad.dtype, device=grad.device)
+    return rows.index_add_(0, inverse, grad.index_select(0, bag))  # one occurrence at a time
 
 
 class _TableBags(torch.autograd.Function):
@@ -74,16 +79,8 @@ class _TableBags(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: Tensor):
         inverse, lengths = ctx.saved_tensors
-        rows, _, _, _ = _PooledSum.backward(_Saved(ctx, inverse, lengths), grad)
-        ctx.holder.append(rows)  # (u, D), for ``BatchedTables.step``
+        ctx.holder.append(_row_grads(grad, inverse, lengths, inverse.numel()))  # (u, D), for ``BatchedTables.step``
         return None, None, None, None, None, None, None
-
-
-class _Saved:
-    """What ``_PooledSum.backward`` reads from its context."""
-
-    def __init__(self, ctx, inverse: Tensor, lengths: Tensor):
-        self.saved_tensors, self.num_rows = (inverse, lengths), inverse.numel()
 
 
 def pooled_sum(rows: Tensor, inverse: Tensor, offsets: Tensor, lengths: Tensor | None = None) -> Tensor:
