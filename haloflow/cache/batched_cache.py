@@ -34,8 +34,8 @@ is, so the cached tables train the floats of ``BatchedTables`` (tested bit for b
 
 from __future__ import annotations
 
+import collections
 import threading
-from types import SimpleNamespace
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -44,13 +44,14 @@ from torch import Tensor
 
 from haloflow.cache.batched import BatchedTables, padded_unique, pooled_sum
 from haloflow.cache.types import CacheStats, RowOptimizer
+from haloflow.cache.policy import DEFAULT_WINDOW
 from haloflow.errors import ConfigError
+from haloflow.kernels.cache_plan import NEVER, POLICY_CODES, cache_plan
 
 __all__ = ["CachedTables", "DEVICE_POLICIES"]
 
-DEVICE_POLICIES = ("lru", "lfu", "frequency")
+DEVICE_POLICIES = ("lru", "lfu", "frequency", "lookahead")
 _STATS = ("lookups", "hits", "misses", "admitted", "evicted", "written_back")  # overflow = misses - admitted
-_NEVER = torch.iinfo(torch.int64).max  # the key of a slot that must not be evicted
 WINDOW_PER_ROW = 4  # candidate victims a plan ranks per row it looks up
 
 
@@ -61,9 +62,12 @@ class CachedTables(BatchedTables):
         sizes, dim, optimizer, init, dtype, names: as ``BatchedTables``.
         num_slots: S, rows the device holds (1 <= S <= the rows of all tables).
         device: where the slots and the directory live (the compute device).
-        policy: "lru", "lfu" or "frequency" (needs ``histogram``: each row's count in the data, the tables end
-            to end; the hottest rows are loaded before the first batch).
-        admit_all: a miss always takes a victim's slot (True), or only when it scores above it.
+        policy: "lru", "lfu", "frequency" (needs ``histogram``: each row's count in the data, the tables end
+            to end; the hottest rows are loaded before the first batch) or "lookahead" (Belady within the next
+            ``window`` batches, which the driver announces with ``announce``; then the histogram when given, else
+            the rows' batch counts so far).
+        admit_all: a miss always takes a victim's slot (True), or only when it scores above it (for lookahead:
+            only when it is used again sooner than its victim, Belady's bypass).
 
     Shapes:
         lookup: ids (nnz,), lengths (n,), tables (n,) -> (n, D)
@@ -72,7 +76,7 @@ class CachedTables(BatchedTables):
     def __init__(self, sizes: Sequence[int], dim: int, optimizer: RowOptimizer, *, num_slots: int,
                  init: Callable[[int], Tensor] | None = None, device=None, dtype: torch.dtype = torch.float32,
                  names: Sequence[str] | None = None, policy: str = "lru", admit_all: bool = True,
-                 histogram: np.ndarray | None = None):
+                 histogram: np.ndarray | None = None, window: int = DEFAULT_WINDOW):
         dev = torch.device(device if device is not None else "cpu")
         host = torch.device("cpu")
         super().__init__(sizes, dim, optimizer, init=init, device=host, dtype=dtype, names=names)
@@ -81,9 +85,12 @@ class CachedTables(BatchedTables):
             raise ConfigError(f"{num_slots} cache slots for tables of {R} rows; expected 1..{R}", field="num_slots")
         if policy not in DEVICE_POLICIES:
             raise ConfigError(f"cache policy {policy!r}: expected one of {DEVICE_POLICIES}", field="policy")
-        if policy == "frequency" and (histogram is None or len(histogram) != R):
+        if policy == "frequency" and histogram is None:
             raise ConfigError(f"cache policy 'frequency' ranks rows by their count in the data: it needs a histogram "
                               f"of the {R} rows", field="histogram")
+        if histogram is not None and len(histogram) != R:
+            raise ConfigError(f"a histogram of {len(histogram)} counts for tables of {R} rows; expected one count a "
+                              "row", field="histogram")
         if dev.type != "cpu":  # every row on the host, pinned so that rows move to and from the device directly
             self.arrays = {k: a.pin_memory() for k, a in self.arrays.items()}
         self.backing = self.arrays
@@ -96,17 +103,32 @@ class CachedTables(BatchedTables):
         self.dirty = torch.zeros(S + 1, dtype=torch.bool, device=dev)
         self.pending = torch.zeros(S + 1, dtype=torch.bool, device=dev)  # admitted, its row not yet written in
         self.counts = torch.zeros(len(_STATS), dtype=torch.int64, device=dev)  # read by ``stats`` only
-        self.score = None  # (R+1,) each row's score for LFU (batch counts) and frequency (the histogram)
-        if policy == "frequency":
+        empty = torch.empty(0, dtype=torch.int64, device=dev)
+        self._empty = empty
+        # (R+1,) each row's score: LFU's batch counts, frequency's histogram, lookahead's either (its frequency)
+        self.score = empty
+        if histogram is not None and policy in ("frequency", "lookahead"):
             self.score = torch.as_tensor(np.append(np.asarray(histogram, dtype=np.int64), -1), device=dev)
-        elif policy == "lfu":
+        elif policy in ("lfu", "lookahead"):
             self.score = torch.zeros(R + 1, dtype=torch.int64, device=dev)
+        self._code = POLICY_CODES["lookahead-counts" if policy == "lookahead" and histogram is None else policy]
+        self.window = int(window)
+        self.next_use = empty  # lookahead: (R+1,) each row's next announced batch (NEVER: none)
+        if policy == "lookahead":
+            if self.window < 1:
+                raise ConfigError(f"a lookahead window of {window} batches; expected >= 1", field="window")
+            self.next_use = torch.full((R + 1,), NEVER, dtype=torch.int64, device=dev)
+            self._last_batch = torch.full((R + 1,), -1, dtype=torch.int64, device=dev)  # its last announced batch
+            self._last_pos = torch.zeros(R + 1, dtype=torch.int64, device=dev)  # its place in that batch's rows
+        self._ring_len = self.window + 3  # announced batches held: the window, the one planned, one prefetched
+        self._ring: Tensor | None = None  # (L * cap + 1,) each announced row's next announced batch; last: a sink
+        self._cap = 0
+        self._announced: collections.deque = collections.deque()  # (ids, number, uniq, inverse) not yet planned
+        self._fed = 0  # batches announced (numbered as the training plans)
+        self._trained = 0  # training plans made
         self.row_offsets = self.row_offsets.to(dev)
-        # the constants of the plan as device scalars (a Python number in torch.where is one more op a step)
-        self._c = SimpleNamespace(**{k: torch.tensor(v, dtype=torch.int64, device=dev) for k, v in
-                                     (("S", S), ("R", R), ("neg", -1), ("never", _NEVER))})
+        self._R = torch.tensor(R, dtype=torch.int64, device=dev)  # a device scalar: one op fewer in torch.where
         self.clock = 0  # plans made (a host counter: no device value is read for it)
-        self._all_slots = torch.arange(S, device=dev)
         self._hand = 0  # where the next plan's window of candidate victims starts
         self._pending_rows: list[tuple[Tensor, ...]] = []  # (uniq, slot, fresh, cached, rows) of lookups not yet
         # updated
@@ -114,83 +136,35 @@ class CachedTables(BatchedTables):
         self._thread: threading.Thread | None = None  # a prefetch in the background
         self._failed: BaseException | None = None  # what the background prefetch raised
         self._side = None  # the CUDA stream of a background prefetch
-        if policy == "frequency":
+        self._histogram = histogram is not None and policy in ("frequency", "lookahead")
+        if self._histogram:
             self._warm()
 
     # ------------------------------------------------------------------------------------------ the plan
-    def _window(self, size: int) -> Tensor:
-        """The next ``size`` slots round the cache from the hand (which then moves past them)."""
-        if size == self.num_slots:
-            return self._all_slots
-        window = torch.remainder(self._all_slots[:size] + self._hand, self.num_slots)
-        self._hand = (self._hand + size) % self.num_slots
-        return window
-
-    def _key(self, slots: Tensor) -> Tensor:
-        """The eviction key of ``slots``, lowest evicted first."""
-        if self.score is None:  # LRU: the plan that last used the slot's row
-            return self.last_use.index_select(0, slots)
-        rows = self.slot_id.index_select(0, slots)
-        return self.score.index_select(0, rows.clamp(min=0)).masked_fill_(rows < 0, -2)  # a free slot first
-
-    def _plan(self, uniq: Tensor, pinned_from: int, admit_misses: bool = True) -> tuple[Tensor, Tensor, Tensor]:
+    def _plan(self, uniq: Tensor, pinned_from: int, admit_misses: bool = True,
+              ring: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
         """Decide the moves of the batch with distinct rows ``uniq`` (padded with R) and write the dirty victims
-        back. Returns each row's slot (S: served from the backing rows), whether it had one before this plan
-        (``hit``), and whether its update goes there (``cached``). An admitted row is not loaded here: its
-        batch reads it from the backing rows and its update writes it into its slot (``pending`` until then),
-        so a step moves each admitted row once. Slots last used by a plan numbered ``pinned_from`` or later
-        are kept (the batches not yet updated); ``admit_misses`` False (a lookup without an update) admits none."""
-        R, S, c = self.num_rows, self.num_slots, self._c
+        back (``kernels.cache_plan``: one op). Returns each row's slot (S: served from the backing rows), whether
+        it had one before this plan (``hit``), and whether its update goes there (``cached``). An admitted row is
+        not loaded here: its batch reads it from the backing rows and its update writes it into its slot
+        (``pending`` until then), so a step moves each admitted row once. Slots last used by a plan numbered
+        ``pinned_from`` or later are kept (the batches not yet updated); ``admit_misses`` False (a lookup without
+        an update) admits none. ``ring``: the rows' next announced use after this batch (lookahead)."""
         self.clock += 1
-        clock = self.clock
-        valid = uniq < R
-        slot = self.id_slot.index_select(0, uniq)  # (u,)
-        hit = slot >= 0
-        slot = torch.where(hit, slot, c.S)
-        self.last_use.index_fill_(0, slot, clock)
-        if self.policy == "lfu":
-            self.score.index_add_(0, uniq, valid.long())  # batches that looked the row up
-        miss = valid & ~hit
-        if not admit_misses:
-            self.counts[:3].add_(torch.stack([valid, hit, miss]).sum(1))
-            return slot, hit, hit
-        if self.score is None:  # LRU: misses in id order
-            rank = torch.cumsum(miss, 0) - 1  # (u,)
-            miss_score = None
-        else:  # hottest first
-            miss_score = self.score.index_select(0, uniq)
-            order = torch.argsort(torch.where(miss, miss_score, c.neg), descending=True, stable=True)
-            rank = torch.empty_like(order).scatter_(0, order, torch.arange(uniq.numel(), device=uniq.device))
         # the candidates: a window of C slots that moves round the cache, plan by plan (CLOCK's hand), so a plan
         # ranks C slots, not S; a slot's key is looked at once every S / C plans
+        S = self.num_slots
         C = min(S, WINDOW_PER_ROW * uniq.numel())
-        window = self._window(C)
-        k = min(uniq.numel(), C)
-        key = torch.where(self.last_use.index_select(0, window) >= pinned_from, c.never, self._key(window))
-        vkey, pos = torch.topk(key, k, largest=False, sorted=True)  # (k,) coldest first
-        victims = window.index_select(0, pos)
-        r = rank.clamp(0, k - 1)
-        victim, victim_key = victims.index_select(0, r), vkey.index_select(0, r)
-        admit = miss & (rank < k) & (victim_key < _NEVER)
-        if miss_score is not None and not self.admit_all:
-            admit &= miss_score > victim_key
-        old = self.slot_id.index_select(0, victim)
-        evict = admit & (old >= 0)
-        back = evict & self.dirty.index_select(0, victim)
-        src, dst = torch.where(back, victim, c.S), torch.where(back, old, c.R)  # dirty victims written back
-        for k_, a in self.backing.items():
-            a.index_copy_(0, dst.to(a.device), self.slots[k_].index_select(0, src).to(a.device))
-        into = torch.where(admit, victim, c.S)
-        self.id_slot.index_fill_(0, torch.where(evict, old, c.R), -1)
-        self.id_slot.index_copy_(0, torch.where(admit, uniq, c.R), torch.where(admit, victim, c.neg))
-        self.slot_id.index_copy_(0, into, torch.where(admit, uniq, c.neg))
-        self.last_use.index_fill_(0, into, clock)
-        self.dirty.index_fill_(0, into, False)
-        self.pending.index_fill_(0, into, True)
-        slot = torch.where(admit, victim, slot)
-        # lookups, hits, misses, admitted, overflow (= misses - admitted), evicted, written back
-        self.counts[:6].add_(torch.stack([valid, hit, miss, admit, evict, back]).sum(1))
-        return slot, hit, hit | admit
+        hand = self._hand
+        if admit_misses and C < S:
+            self._hand = (hand + C) % S
+        now = self._trained
+        if admit_misses:
+            self._trained += 1
+        return cache_plan(uniq, self.id_slot, self.slot_id, self.last_use, self.dirty, self.pending, self.score,
+                          self.next_use, ring if ring is not None else self._empty, self.counts,
+                          list(self.slots.values()), list(self.backing.values()), hand, C, self.clock, pinned_from,
+                          now, self._code, self.admit_all, admit_misses)
 
     def _warm(self) -> None:
         """Load the hottest rows of the histogram (the frequency policy's static hot set) before the first batch."""
@@ -206,6 +180,59 @@ class CachedTables(BatchedTables):
     def _rows(self, ids: Tensor, lengths: Tensor, tables: Tensor) -> tuple[Tensor, Tensor]:
         base = torch.repeat_interleave(self.row_offsets.index_select(0, tables), lengths, output_size=ids.numel())
         return padded_unique(ids + base, self.num_rows)
+
+    def announce(self, ids: Tensor, lengths: Tensor, tables: Tensor) -> None:
+        """Tell a lookahead directory the rows of a batch to come (other policies ignore it). Batches are announced
+        in the order they will be trained, from the next one planned on, at most ``window`` + 1 ahead of it: the
+        first announced is the next training lookup (or prefetch), and so on. A lookup of ids that are not the
+        announced tensor (``is``) is planned as unannounced: the policy then knows less, the values are the same.
+
+        Each announced row learns its next use from the batch before (a ring of the last batches' rows: where
+        each row stands in its last announced batch, ``_last_batch`` / ``_last_pos``), so a plan reads its rows'
+        next use in one gather; torch ops of fixed shapes, nothing read back."""
+        if self.policy != "lookahead":
+            return
+        self._join()
+        a, L = self._fed, self._ring_len
+        if a - self._trained >= L - 1:
+            raise ConfigError(f"batch {a} announced while the next planned is {self._trained}: a lookahead directory "
+                              f"holds at most window + 1 = {L - 2} batches ahead", field="window")
+        dev = self.device
+        ids, lengths, tables = ids.to(dev), lengths.to(dev), tables.to(dev)
+        uniq, inverse = self._rows(ids, lengths, tables)
+        u = uniq.numel()
+        if u > self._cap:  # more rows than a ring row holds: widen every row (positions stay valid)
+            cap = max(u, 2 * self._cap)
+            ring = torch.full((L * cap + 1,), NEVER, dtype=torch.int64, device=dev)
+            if self._ring is not None:
+                ring[:L * cap].view(L, cap)[:, :self._cap] = self._ring[:L * self._cap].view(L, self._cap)
+            self._ring, self._cap = ring, cap
+        cap, sink = self._cap, L * self._cap
+        self._ring[(a % L) * cap:(a % L + 1) * cap].fill_(NEVER)
+        last = self._last_batch.index_select(0, uniq)
+        link = (uniq < self.num_rows) & (last >= 0) & (last > a - L)  # its previous batch is still in the ring
+        where = torch.where(link, torch.remainder(last, L) * cap + self._last_pos.index_select(0, uniq), sink)
+        self._ring.index_fill_(0, where, a)  # that batch's row: next used here
+        self._last_batch.index_fill_(0, uniq, a)
+        self._last_pos.index_copy_(0, uniq, torch.arange(u, device=dev))
+        nxt = self.next_use.index_select(0, uniq)  # a row with no next use ahead of the plans learns this batch
+        stale = (nxt == NEVER) | (nxt < self._trained)
+        self.next_use.index_copy_(0, uniq, torch.where(stale, a, nxt))
+        self._announced.append((ids, a, uniq, inverse))
+        self._fed += 1
+
+    def _rows_of(self, ids: Tensor, lengths: Tensor, tables: Tensor, train: bool
+                 ) -> tuple[Tensor, Tensor, Tensor | None]:
+        """The distinct rows of a batch about to be planned and their inverse; for a training batch that was
+        announced, the ones computed then and the rows' next announced use after it (the ring's row)."""
+        q = self._announced
+        while q and q[0][1] < self._trained:  # announced, but planned without (other ids were looked up)
+            q.popleft()
+        if train and q and q[0][1] == self._trained and q[0][0] is ids:
+            _, a, uniq, inverse = q.popleft()
+            L, cap = self._ring_len, self._cap
+            return uniq, inverse, self._ring[(a % L) * cap:(a % L) * cap + uniq.numel()]
+        return (*self._rows(ids, lengths, tables), None)
 
     def prefetch(self, ids: Tensor, lengths: Tensor, tables: Tensor, *, background: bool = False) -> None:
         """Plan the next batch now, before the outstanding one's update: its rows get slots and the dirty
@@ -223,8 +250,8 @@ class CachedTables(BatchedTables):
 
         def work() -> None:
             try:
-                uniq, inverse = self._rows(ids, lengths, tables)
-                self._prefetched = (ids, uniq, inverse, *self._plan(uniq, pinned_from))
+                uniq, inverse, ring = self._rows_of(ids, lengths, tables, True)
+                self._prefetched = (ids, uniq, inverse, *self._plan(uniq, pinned_from, ring=ring))
             except BaseException as err:  # raised again by the next call that waits for it
                 self._failed = err
 
@@ -263,14 +290,15 @@ class CachedTables(BatchedTables):
         if pre is not None and pre[0] is ids:
             _, uniq, inverse, slot, hit, cached = pre
         else:  # the batches not yet updated keep their slots; a lookup without an update admits nothing
-            uniq, inverse = self._rows(ids, lengths, tables)
-            slot, hit, cached = self._plan(uniq, self.clock + 1 - len(self._pending_rows), admit_misses=train)
+            uniq, inverse, ring = self._rows_of(ids, lengths, tables, train)
+            slot, hit, cached = self._plan(uniq, self.clock + 1 - len(self._pending_rows), admit_misses=train,
+                                           ring=ring)
         # a row's values are in its slot unless it was admitted and no update has written it there yet (read
         # now, not at the plan: a prefetch plans before the batch before it is updated)
         fresh = hit & ~self.pending.index_select(0, slot)
         w = self.slots["weight"].index_select(0, slot)  # (u, D) the rows in slots (the pad slot elsewhere)
         host = self.backing["weight"]
-        over = host.index_select(0, torch.where(fresh, self._c.R, uniq).to(host.device)).to(dev)  # the others
+        over = host.index_select(0, torch.where(fresh, self._R, uniq).to(host.device)).to(dev)  # the others
         rows = torch.where(fresh.unsqueeze(1), w, over).requires_grad_(train)  # (u, D) leaf
         if train:
             self._pending_rows.append((uniq, slot, fresh, cached, rows))
@@ -283,7 +311,7 @@ class CachedTables(BatchedTables):
         where they belong: a cached row (hit or just admitted) into its slot, marked dirty; an overflow row
         into the backing rows. One update of the u rows, written to both places (padded)."""
         pending, self._pending_rows = self._pending_rows, []
-        R = self._c.R
+        R = self._R
         for uniq, slot, fresh, cached, rows in pending:
             if rows.grad is None:
                 continue
@@ -322,7 +350,8 @@ class CachedTables(BatchedTables):
         return {k: a[:self.num_rows] for k, a in self.backing.items()}
 
     def load_rows(self, lo: int, hi: int, state: dict[str, Tensor]) -> None:
-        """Replace rows lo..hi-1 and their state; the cache starts over empty (warm again for frequency)."""
+        """Replace rows lo..hi-1 and their state; the cache starts over empty (warm again from a histogram), and
+        a lookahead directory forgets the batches announced."""
         self._join()
         self.flush()
         for k, a in self.backing.items():
@@ -332,7 +361,13 @@ class CachedTables(BatchedTables):
         self.last_use.fill_(-1)
         self.pending.fill_(False)
         self._hand = 0
-        if self.policy == "frequency":
+        if self.policy == "lookahead":
+            self.next_use.fill_(NEVER)
+            self._last_batch.fill_(-1)
+            self._ring, self._cap = None, 0
+            self._announced.clear()
+            self._fed = self._trained
+        if self._histogram:
             self._warm()
 
     def stats(self) -> CacheStats:
@@ -349,3 +384,26 @@ class CachedTables(BatchedTables):
         """Device bytes: the slots with their state, the directory (id_slot 8 bytes a row)."""
         return (sum(a.numel() * a.element_size() for a in self.slots.values()) + self.id_slot.numel() * 8
                 + 3 * (self.num_slots + 1) * 8)
+
+
+def simulate_tables(trace: Sequence[np.ndarray], num_slots: int, policy: str, *, num_rows: int,
+                    window: int = DEFAULT_WINDOW, histogram: np.ndarray | None = None,
+                    admit_all: bool = True) -> CacheStats:
+    """The hit rate ``CachedTables``' own directory gets on ``trace`` (batches of row ids of one table of
+    ``num_rows`` rows), each batch planned as a training lookup is (a lookahead directory told the next
+    ``window`` batches first); rows of width 1, no update (no row changes: the decisions do not look at values)."""
+    from haloflow.cache.optim import make_optimizer
+
+    tables = CachedTables([num_rows], 1, make_optimizer({"name": "sgd", "lr": 1.0}), num_slots=num_slots,
+                          init=lambda t: torch.zeros(num_rows, 1), policy=policy, histogram=histogram,
+                          window=window, admit_all=admit_all)
+    batches = [torch.as_tensor(np.asarray(b, dtype=np.int64)) for b in trace]
+    one = torch.zeros(1, dtype=torch.int64)
+    told = 0
+    for i, ids in enumerate(batches):
+        while policy == "lookahead" and told < min(len(batches), i + window + 1):
+            tables.announce(batches[told], torch.tensor([batches[told].numel()]), one)
+            told += 1
+        tables.lookup(ids, torch.tensor([ids.numel()]), one, train=True)
+        tables.step()  # no gradient: nothing written, the batch no longer pins its slots
+    return tables.stats()

@@ -85,13 +85,24 @@ def test_one_lookup_for_all_tables_equals_a_bag_per_table(optimizer):
 
 
 def _train(tables, batches, prefetch: str) -> list[torch.Tensor]:
-    outs = []
+    """Train through ``tables``; a lookahead directory is told the batches up to its window ahead of each plan."""
+    outs, told = [], 0
+
+    def announce(upto: int) -> None:
+        nonlocal told
+        while getattr(tables, "policy", None) == "lookahead" and told <= min(upto, len(batches) - 1):
+            lens, ids, _ = batches[told]
+            tables.announce(ids, lens.reshape(-1), TABLES)
+            told += 1
+
     for i, (lens, ids, tgt) in enumerate(batches):
+        announce(i + getattr(tables, "window", 0))
         if prefetch != "none" and i == 0:
             tables.prefetch(ids, lens.reshape(-1), TABLES)
         out = tables.lookup(ids, lens.reshape(-1), TABLES, train=True).view(T, B, D).transpose(0, 1)
         (out * tgt).sum().backward()
         if prefetch != "none" and i + 1 < len(batches):  # the next batch's moves before this one's update
+            announce(i + 1 + tables.window)
             nl, ni, _ = batches[i + 1]
             tables.prefetch(ni, nl.reshape(-1), TABLES, background=prefetch == "background")
         tables.step()
@@ -100,18 +111,20 @@ def _train(tables, batches, prefetch: str) -> list[torch.Tensor]:
 
 
 @pytest.mark.parametrize("optimizer", ["sgd", "adagrad", "rowwise_adagrad"])
-@pytest.mark.parametrize("policy", ["lru", "lfu", "frequency"])
+@pytest.mark.parametrize("policy", ["lru", "lfu", "frequency", "lookahead", "lookahead-online"])
 @pytest.mark.parametrize("prefetch", ["none", "inline", "background"])
 def test_cached_tables_train_the_uncached_floats(optimizer, policy, prefetch):
-    """3 slots (nearly every row overflows), 40 (evictions every batch) and all rows: the same bits."""
+    """3 slots (nearly every row overflows), 40 (evictions every batch) and all rows: the same bits. (lookahead:
+    the next 4 batches announced, from the histogram; -online: counting uses instead, Belady's bypass)."""
     batches = _batches(20)
     opt = make_optimizer({"name": optimizer, "lr": 0.05})
     ref_tables = BatchedTables.from_weights(_weights(), opt)
     ref = _train(ref_tables, batches, "none")
     weights = _weights()
     for slots in (3, 40, sum(SIZES)):
-        cached = CachedTables(SIZES, D, opt, num_slots=slots, init=lambda t: weights[t], policy=policy,
-                              histogram=_histogram(batches))
+        online = policy == "lookahead-online"
+        cached = CachedTables(SIZES, D, opt, num_slots=slots, init=lambda t: weights[t], policy=policy.split("-")[0],
+                              histogram=None if online else _histogram(batches), window=4, admit_all=not online)
         outs = _train(cached, batches, prefetch)
         assert all(torch.equal(a, b) for a, b in zip(ref, outs)), slots
         for name, array in ref_tables.state_dict().items():

@@ -187,6 +187,45 @@ def newest_inputs(dtype):
     return (state, rows, update, eids)
 
 
+def plan_inputs(dtype, policy="lookahead", admit_all=False, ring=True, seed=53):
+    """A cache directory in mid-training (R rows, S slots, some free, some dirty, two pinned) and a batch of
+    distinct rows padded with R: ``cache_plan``'s arguments."""
+    from haloflow.kernels.cache_plan import NEVER, POLICY_CODES
+
+    g = _gen(seed)
+    R, S, D, u = 60, 12, 3, 12
+    rows = torch.randperm(R, generator=g)
+    slot_id = torch.full((S + 1,), -1, dtype=torch.int64)
+    slot_id[:S - 2] = rows[:S - 2]  # two free slots
+    id_slot = torch.full((R + 1,), -1, dtype=torch.int64)
+    id_slot[slot_id[:S - 2]] = torch.arange(S - 2)
+    last_use = torch.randint(0, 6, (S + 1,), generator=g)
+    last_use[[1, 4]] = 6  # used by a batch not yet updated: pinned
+    dirty = torch.rand(S + 1, generator=g) < 0.5
+    pending = torch.zeros(S + 1, dtype=torch.bool)
+    score = torch.randint(0, 6, (R + 1,), generator=g)  # small counts: ties
+    next_use = torch.where(torch.rand(R + 1, generator=g) < 0.5, NEVER, torch.randint(3, 12, (R + 1,), generator=g))
+    batch = torch.sort(torch.cat([rows[2:6], rows[S:S + 5]])).values  # 4 cached (2 of them pinned slots), 5 not
+    uniq = torch.cat([batch, torch.full((u - batch.numel(),), R)])
+    nxt = torch.where(torch.rand(u, generator=g) < 0.4, NEVER, torch.randint(6, 12, (u,), generator=g))
+    slots = [torch.randn(S + 1, D, generator=g, dtype=dtype), torch.rand(S + 1, generator=g, dtype=dtype)]
+    backing = [torch.randn(R + 1, D, generator=g, dtype=dtype), torch.rand(R + 1, generator=g, dtype=dtype)]
+    counts = torch.zeros(6, dtype=torch.int64)
+    return (uniq, id_slot, slot_id, last_use, dirty, pending, score, next_use, nxt if ring else next_use[:0],
+            counts, slots, backing, 7, 8, 7, 6, 5, POLICY_CODES[policy], admit_all, True)
+
+
+def run_plan(body, args):
+    """A plan on copies of the directory: its three outputs, then every tensor it may write (the real rows and
+    slots: the pads hold whatever the padded writes left)."""
+    args = [([t.clone() for t in a] if isinstance(a, list) else a.clone() if isinstance(a, torch.Tensor) else a)
+            for a in args]
+    out = list(body(*args))
+    R, S = args[1].shape[0] - 1, args[2].shape[0] - 1
+    state = [args[1][:R], args[2][:S], args[3][:S], args[4][:S], args[5][:S], args[6][:R], args[7][:R], args[9]]
+    return out + state + [b[:R] for b in args[11]] + [s[:S] for s in args[10]]
+
+
 def uniform_inputs(dtype):
     return (0x1234_5678_9ABC_DEF0, (3, 40), (1, 17), 0.25)
 
@@ -235,6 +274,7 @@ CASES = [
     Case("sgd_tables", sgd_tables_inputs, run=_in_place(0), atol=1e-6),
     Case("write_newest", newest_inputs, run=_in_place(0)),
     Case("keyed_uniform", uniform_inputs),
+    Case("cache_plan", plan_inputs, run=run_plan),
 ]
 BY_NAME = {c.op: c for c in CASES}
 

@@ -1,0 +1,296 @@
+"""A cache directory's plan for one batch, all tables at once: ``haloflow::cache_plan`` (``cache/batched_cache.py``).
+
+The directory is device tensors (S slots, R rows, slot S and row R the pads); ``uniq`` (u,) is the batch's
+distinct rows padded with R (``padded_unique``)::
+
+    hit      = id_slot[uniq] >= 0                     last_use[hit slots] = clock
+    (lfu, or lookahead without a histogram: score[uniq] += 1;  lookahead: next_use[uniq] = ring, the rows'
+     next announced batch after this one)
+    window   = C slots from ``hand`` round the cache (CLOCK's hand; the caller moves it)
+    key      of each slot in the window (lowest evicted first): NEVER if last_use >= pinned_from (a batch
+             not yet updated uses it), else LRU: last_use;  LFU / frequency: score[row];  lookahead: the score
+             below of its row;  a free slot -2 (-1 under LRU)
+    victims  = the k = min(u, C) slots of lowest (key, position in the window)
+    miss rank: LRU in row order; the others hottest first (score, then position)
+    admit    = the r-th miss takes victim r if its key < NEVER (and, without admit_all, if the miss scores above
+               it: Belady's bypass); a dirty victim's row is written back from the slots to the backing rows
+
+    lookahead score of row i at batch ``now``: next use nu in the window: 2^56 - (nu - now) 2^36 + freq(i), else
+    freq(i) (``cache/lookahead.py``, the host policy it follows); freq = score[i], capped below 2^36
+
+Returns (slot (u,): the row's slot, S when served from the backing rows; hit (u,): cached before this plan;
+cached (u,): its update goes to its slot). Every index is padded (to slot S, row R), so each shape is fixed by
+u and C: nothing reads a device value on the host.
+
+Bodies (the same decisions and state, bit for bit: ties broken by position in both):
+
+- stock: ~45 torch ops (a stable ``sort`` of the window's keys, not ``topk``, whose ties are unordered), any
+  device;
+- CPU (numba): one pass over the batch, a partition of the window's keys for the m coldest (m: the misses),
+  the write-back as row copies of the dirty victims only.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from numba import njit
+from torch import Tensor
+
+from haloflow.kernels._registry import Op, call, register
+
+__all__ = ["cache_plan", "POLICY_CODES", "NEVER", "lookahead_score"]
+
+POLICY_CODES = {"lru": 0, "lfu": 1, "frequency": 2, "lookahead": 3, "lookahead-counts": 4}  # 4: no histogram
+NEVER = int(torch.iinfo(torch.int64).max)  # the key of a slot that must not be evicted; a row's "no next use"
+FREQ_CAP = (1 << 36) - 1
+MAX_AHEAD = 1 << 16
+
+
+def lookahead_score(next_use: Tensor, freq: Tensor, now: int) -> Tensor:
+    """The lookahead policy's score of rows whose next announced use is ``next_use`` (torch ops, any device)."""
+    ahead = (next_use > now) & (next_use != NEVER)
+    d = torch.clamp(next_use - now, max=MAX_AHEAD)
+    freq = torch.clamp(freq, max=FREQ_CAP)
+    return torch.where(ahead, (1 << 56) - d * (1 << 36) + freq, freq)
+
+
+def _counts_uses(policy: int) -> bool:
+    return policy in (POLICY_CODES["lfu"], POLICY_CODES["lookahead-counts"])
+
+
+def _row_scores(rows: Tensor, score: Tensor, next_use: Tensor, now: int, policy: int) -> Tensor:
+    freq = score.index_select(0, rows)
+    if policy < POLICY_CODES["lookahead"]:
+        return freq
+    return lookahead_score(next_use.index_select(0, rows), freq, now)
+
+
+def stock(uniq: Tensor, id_slot: Tensor, slot_id: Tensor, last_use: Tensor, dirty: Tensor, pending: Tensor,
+          score: Tensor, next_use: Tensor, ring: Tensor, counts: Tensor, slots: list[Tensor], backing: list[Tensor],
+          hand: int, num_candidates: int, clock: int, pinned_from: int, now: int, policy: int, admit_all: bool,
+          admit_misses: bool) -> tuple[Tensor, Tensor, Tensor]:
+    R, S, u, C = id_slot.shape[0] - 1, slot_id.shape[0] - 1, uniq.shape[0], num_candidates
+    dev = uniq.device
+    valid = uniq < R
+    slot = id_slot.index_select(0, uniq)  # (u,)
+    hit = slot >= 0
+    slot = torch.where(hit, slot, S)
+    last_use.index_fill_(0, slot, clock)
+    if _counts_uses(policy):
+        score.index_add_(0, uniq, valid.long())  # batches that looked the row up
+    if policy >= POLICY_CODES["lookahead"] and ring.numel():
+        next_use.index_copy_(0, uniq, ring)  # the rows' next announced use after this batch
+    miss = valid & ~hit
+    if not admit_misses:
+        counts[:3].add_(torch.stack([valid, hit, miss]).sum(1))
+        return slot, hit, hit
+    if policy == POLICY_CODES["lru"]:  # misses in row order
+        rank = torch.cumsum(miss, 0) - 1
+        miss_score = None
+    else:  # hottest first
+        miss_score = _row_scores(uniq.clamp(max=R - 1), score, next_use, now, policy)
+        order = torch.sort(torch.where(miss, miss_score, -1), descending=True, stable=True).indices
+        rank = torch.empty_like(order).scatter_(0, order, torch.arange(u, device=dev))
+    window = torch.remainder(torch.arange(C, device=dev) + hand, S)  # (C,) the candidates
+    if policy == POLICY_CODES["lru"]:
+        key = last_use.index_select(0, window)
+    else:
+        rows = slot_id.index_select(0, window)
+        key = _row_scores(rows.clamp(min=0), score, next_use, now, policy).masked_fill_(rows < 0, -2)
+    key = torch.where(last_use.index_select(0, window) >= pinned_from, NEVER, key)
+    k = min(u, C)
+    vkey, pos = torch.sort(key, stable=True)
+    vkey, victims = vkey[:k], window.index_select(0, pos[:k])  # (k,) coldest first
+    r = rank.clamp(0, k - 1)
+    victim, victim_key = victims.index_select(0, r), vkey.index_select(0, r)
+    admit = miss & (rank < k) & (victim_key < NEVER)
+    if miss_score is not None and not admit_all:
+        admit &= miss_score > victim_key
+    old = slot_id.index_select(0, victim)
+    evict = admit & (old >= 0)
+    back = evict & dirty.index_select(0, victim)
+    src, dst = torch.where(back, victim, S), torch.where(back, old, R)  # dirty victims written back (padded)
+    for s, b in zip(slots, backing):
+        b.index_copy_(0, dst.to(b.device), s.index_select(0, src).to(b.device))
+    into = torch.where(admit, victim, S)
+    id_slot.index_fill_(0, torch.where(evict, old, R), -1)
+    id_slot.index_copy_(0, torch.where(admit, uniq, R), torch.where(admit, victim, -1))
+    slot_id.index_copy_(0, into, torch.where(admit, uniq, -1))
+    last_use.index_fill_(0, into, clock)
+    dirty.index_fill_(0, into, False)
+    pending.index_fill_(0, into, True)
+    # lookups, hits, misses, admitted, evicted, written back
+    counts[:6].add_(torch.stack([valid, hit, miss, admit, evict, back]).sum(1))
+    return torch.where(admit, victim, slot), hit, hit | admit
+
+
+# ---------------------------------------------------------------------------------------------- CPU body
+@njit(cache=True)
+def _score(row, score, next_use, now, policy):  # pragma: no cover - compiled
+    f = score[row]
+    if policy < 3:
+        return f
+    if f > FREQ_CAP:
+        f = FREQ_CAP
+    nu = next_use[row]
+    if nu > now and nu != NEVER:
+        d = min(nu - now, MAX_AHEAD)
+        return (1 << 56) - d * (1 << 36) + f
+    return f
+
+
+@njit(cache=True)
+def _plan(uniq, id_slot, slot_id, last_use, dirty, pending, score, next_use, ring, counts, hand, C, clock,
+          pinned_from, now, policy, admit_all, admit_misses, out_slot, out_hit, out_cached, wb_src,
+          wb_dst):  # pragma: no cover - compiled
+    R, S, u = id_slot.shape[0] - 1, slot_id.shape[0] - 1, uniq.shape[0]
+    counting = policy == 1 or policy == 4
+    has_ring = policy >= 3 and ring.shape[0] > 0
+    nv = nh = 0
+    miss_pos = np.empty(u, np.int64)
+    nm = 0
+    for i in range(u):
+        r = uniq[i]
+        s = id_slot[r]
+        h = s >= 0
+        sl = s if h else S
+        out_hit[i] = h
+        out_cached[i] = h
+        out_slot[i] = sl
+        last_use[sl] = clock
+        if r < R:
+            nv += 1
+            if h:
+                nh += 1
+            else:
+                miss_pos[nm] = i
+                nm += 1
+            if counting:
+                score[r] += 1
+        if has_ring:
+            next_use[r] = ring[i]
+    counts[0] += nv
+    counts[1] += nh
+    counts[2] += nm
+    if not admit_misses:
+        return 0
+    order = miss_pos[:nm]
+    if policy != 0:  # hottest first, ties in row order
+        ms = np.empty(nm, np.int64)
+        for j in range(nm):
+            ms[j] = -_score(uniq[order[j]], score, next_use, now, policy)
+        order = order[np.argsort(ms, kind="mergesort")]
+    keys = np.empty(C, np.int64)
+    wslots = np.empty(C, np.int64)
+    for j in range(C):
+        w = (j + hand) % S
+        wslots[j] = w
+        if last_use[w] >= pinned_from:
+            keys[j] = NEVER
+        elif policy == 0:
+            keys[j] = last_use[w]
+        else:
+            row = slot_id[w]
+            keys[j] = -2 if row < 0 else _score(row, score, next_use, now, policy)
+    k = min(u, C)
+    m = min(nm, k)  # only the first m victims can be taken
+    if m == 0:
+        return 0
+    if m < C:  # the m coldest by (key, position): a partition, then a stable sort of those
+        thr = np.partition(keys.copy(), m - 1)[m - 1]
+        sel = np.empty(m, np.int64)
+        a = 0
+        for j in range(C):
+            if keys[j] < thr:
+                sel[a] = j
+                a += 1
+        for j in range(C):
+            if a == m:
+                break
+            if keys[j] == thr:
+                sel[a] = j
+                a += 1
+    else:
+        sel = np.arange(C)
+    sel = sel[np.argsort(keys[sel], kind="mergesort")]
+    na = ne = nb = 0
+    for q in range(m):
+        vk = keys[sel[q]]
+        if vk == NEVER:
+            break
+        i = order[q]
+        r = uniq[i]
+        if policy != 0 and not admit_all and not _score(r, score, next_use, now, policy) > vk:
+            continue
+        v = wslots[sel[q]]
+        old = slot_id[v]
+        if old >= 0:
+            id_slot[old] = -1
+            ne += 1
+            if dirty[v]:
+                wb_src[nb] = v
+                wb_dst[nb] = old
+                nb += 1
+        id_slot[r] = v
+        slot_id[v] = r
+        last_use[v] = clock
+        dirty[v] = False
+        pending[v] = True
+        out_slot[i] = v
+        out_cached[i] = True
+        na += 1
+    counts[3] += na
+    counts[4] += ne
+    counts[5] += nb
+    return nb
+
+
+def cpu(uniq: Tensor, id_slot: Tensor, slot_id: Tensor, last_use: Tensor, dirty: Tensor, pending: Tensor,
+        score: Tensor, next_use: Tensor, ring: Tensor, counts: Tensor, slots: list[Tensor], backing: list[Tensor],
+        hand: int, num_candidates: int, clock: int, pinned_from: int, now: int, policy: int, admit_all: bool,
+        admit_misses: bool) -> tuple[Tensor, Tensor, Tensor]:
+    u = uniq.shape[0]
+    slot = torch.empty(u, dtype=torch.int64)
+    hit, cached = torch.empty(u, dtype=torch.bool), torch.empty(u, dtype=torch.bool)
+    src, dst = np.empty(u, np.int64), np.empty(u, np.int64)
+    empty = np.empty(0, np.int64)
+    n = _plan(uniq.numpy(), id_slot.numpy(), slot_id.numpy(), last_use.numpy(), dirty.numpy(), pending.numpy(),
+              score.numpy() if score.numel() else empty, next_use.numpy() if next_use.numel() else empty,
+              ring.numpy() if ring.numel() else empty, counts.numpy(), hand, num_candidates, clock, pinned_from,
+              now, policy, admit_all, admit_misses, slot.numpy(), hit.numpy(), cached.numpy(), src, dst)
+    if n:
+        for s, b in zip(slots, backing):  # the dirty victims' rows, copied back
+            b.numpy()[dst[:n]] = s.numpy()[src[:n]]
+    return slot, hit, cached
+
+
+_MUTATED = ("id_slot", "slot_id", "last_use", "dirty", "pending", "score", "next_use", "counts", "backing")
+
+
+@torch.library.custom_op("haloflow::cache_plan", mutates_args=_MUTATED)
+def _cache_plan(uniq: Tensor, id_slot: Tensor, slot_id: Tensor, last_use: Tensor, dirty: Tensor, pending: Tensor,
+                score: Tensor, next_use: Tensor, ring: Tensor, counts: Tensor, slots: list[Tensor],
+                backing: list[Tensor], hand: int, num_candidates: int, clock: int, pinned_from: int, now: int,
+                policy: int, admit_all: bool, admit_misses: bool) -> tuple[Tensor, Tensor, Tensor]:
+    return stock(uniq, id_slot, slot_id, last_use, dirty, pending, score, next_use, ring, counts, slots, backing,
+                 hand, num_candidates, clock, pinned_from, now, policy, admit_all, admit_misses)
+
+
+_cache_plan.register_kernel("cpu")(cpu)
+
+
+@_cache_plan.register_fake
+def _(uniq, *args):
+    u = uniq.shape[0]
+    return uniq.new_empty(u), uniq.new_empty(u, dtype=torch.bool), uniq.new_empty(u, dtype=torch.bool)
+
+
+OP = register(Op("cache_plan", stock=stock, cpu=cpu, bitwise=frozenset({"cpu"}), custom_op=torch.ops.haloflow.cache_plan,
+                 doc="a cache directory's plan for a batch: hits, victims, admissions, dirty write-back"))
+
+
+def cache_plan(*args) -> tuple[Tensor, Tensor, Tensor]:
+    """The plan of one batch (module docstring); the arguments as ``stock``'s. Mutates the directory tensors,
+    the counters and (dirty victims written back) the backing rows."""
+    return call(OP, *args)
