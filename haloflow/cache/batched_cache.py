@@ -46,7 +46,7 @@ from haloflow.cache.batched import BatchedTables, padded_unique, pooled_sum
 from haloflow.cache.types import CacheStats, RowOptimizer
 from haloflow.cache.policy import DEFAULT_WINDOW
 from haloflow.errors import ConfigError
-from haloflow.kernels.cache_plan import NEVER, POLICY_CODES, cache_plan
+from haloflow.kernels.cache_plan import NEVER, POLICY_CODES, cache_announce, cache_plan
 
 __all__ = ["CachedTables", "DEVICE_POLICIES"]
 
@@ -187,9 +187,9 @@ class CachedTables(BatchedTables):
         first announced is the next training lookup (or prefetch), and so on. A lookup of ids that are not the
         announced tensor (``is``) is planned as unannounced: the policy then knows less, the values are the same.
 
-        Each announced row learns its next use from the batch before (a ring of the last batches' rows: where
-        each row stands in its last announced batch, ``_last_batch`` / ``_last_pos``), so a plan reads its rows'
-        next use in one gather; torch ops of fixed shapes, nothing read back."""
+        Each announced row tells its previous announced batch where it is used next (``kernels.cache_announce``:
+        a ring of the last batches' rows, and where each row stands in its last one), so a plan reads its rows'
+        next use as one slice; fixed shapes, nothing read back."""
         if self.policy != "lookahead":
             return
         self._join()
@@ -207,17 +207,8 @@ class CachedTables(BatchedTables):
             if self._ring is not None:
                 ring[:L * cap].view(L, cap)[:, :self._cap] = self._ring[:L * self._cap].view(L, self._cap)
             self._ring, self._cap = ring, cap
-        cap, sink = self._cap, L * self._cap
-        self._ring[(a % L) * cap:(a % L + 1) * cap].fill_(NEVER)
-        last = self._last_batch.index_select(0, uniq)
-        link = (uniq < self.num_rows) & (last >= 0) & (last > a - L)  # its previous batch is still in the ring
-        where = torch.where(link, torch.remainder(last, L) * cap + self._last_pos.index_select(0, uniq), sink)
-        self._ring.index_fill_(0, where, a)  # that batch's row: next used here
-        self._last_batch.index_fill_(0, uniq, a)
-        self._last_pos.index_copy_(0, uniq, torch.arange(u, device=dev))
-        nxt = self.next_use.index_select(0, uniq)  # a row with no next use ahead of the plans learns this batch
-        stale = (nxt == NEVER) | (nxt < self._trained)
-        self.next_use.index_copy_(0, uniq, torch.where(stale, a, nxt))
+        cache_announce(uniq, self._ring, self._last_batch, self._last_pos, self.next_use, a, L, self._cap,
+                       self._trained)
         self._announced.append((ids, a, uniq, inverse))
         self._fed += 1
 

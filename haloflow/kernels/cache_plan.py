@@ -22,6 +22,17 @@ Returns (slot (u,): the row's slot, S when served from the backing rows; hit (u,
 cached (u,): its update goes to its slot). Every index is padded (to slot S, row R), so each shape is fixed by
 u and C: nothing reads a device value on the host.
 
+A lookahead directory is told each batch to come before it is planned: ``haloflow::cache_announce`` (batch
+number a, its rows ``uniq``; a ring of the last L batches' rows, ``cap`` entries each, plus a sink entry)::
+
+    ring[a % L] = NEVER                                      (the row of batch a - L, planned long ago)
+    for each real row r of uniq at position i:
+        b = last_batch[r];  if b >= 0 and b > a - L:  ring[(b % L) cap + last_pos[r]] = a   (r's use after b)
+        last_batch[r] = a;  last_pos[r] = i
+        if next_use[r] is NEVER or < trained (no use ahead of the plans):  next_use[r] = a
+
+so that the plan of batch a reads its rows' next use after it as ``ring[a % L, :u]``.
+
 Bodies (the same decisions and state, bit for bit: ties broken by position in both):
 
 - stock: ~45 torch ops (a stable ``sort`` of the window's keys, not ``topk``, whose ties are unordered), any
@@ -39,7 +50,7 @@ from torch import Tensor
 
 from haloflow.kernels._registry import Op, call, register
 
-__all__ = ["cache_plan", "POLICY_CODES", "NEVER", "lookahead_score"]
+__all__ = ["cache_plan", "cache_announce", "POLICY_CODES", "NEVER", "lookahead_score"]
 
 POLICY_CODES = {"lru": 0, "lfu": 1, "frequency": 2, "lookahead": 3, "lookahead-counts": 4}  # 4: no histogram
 NEVER = int(torch.iinfo(torch.int64).max)  # the key of a slot that must not be evicted; a row's "no next use"
@@ -284,6 +295,69 @@ _cache_plan.register_kernel("cpu")(cpu)
 def _(uniq, *args):
     u = uniq.shape[0]
     return uniq.new_empty(u), uniq.new_empty(u, dtype=torch.bool), uniq.new_empty(u, dtype=torch.bool)
+
+
+def announce_stock(uniq: Tensor, ring: Tensor, last_batch: Tensor, last_pos: Tensor, next_use: Tensor, a: int,
+                   length: int, cap: int, trained: int) -> None:
+    R, u = last_batch.shape[0] - 1, uniq.shape[0]
+    sink = length * cap
+    ring[(a % length) * cap:(a % length + 1) * cap].fill_(NEVER)
+    last = last_batch.index_select(0, uniq)
+    link = (uniq < R) & (last >= 0) & (last > a - length)  # its previous batch is still in the ring
+    ring.index_fill_(0, torch.where(link, torch.remainder(last, length) * cap + last_pos.index_select(0, uniq), sink),
+                     a)
+    last_batch.index_fill_(0, uniq, a)
+    last_pos.index_copy_(0, uniq, torch.arange(u, device=uniq.device))
+    nxt = next_use.index_select(0, uniq)
+    next_use.index_copy_(0, uniq, torch.where((nxt == NEVER) | (nxt < trained), a, nxt))
+
+
+@njit(cache=True)
+def _announce(uniq, ring, last_batch, last_pos, next_use, a, length, cap, trained):  # pragma: no cover - compiled
+    R = last_batch.shape[0] - 1
+    base = (a % length) * cap
+    ring[base:base + cap] = NEVER
+    for i in range(uniq.shape[0]):
+        r = uniq[i]
+        if r >= R:
+            continue
+        b = last_batch[r]
+        if b >= 0 and b > a - length:
+            ring[(b % length) * cap + last_pos[r]] = a
+        last_batch[r] = a
+        last_pos[r] = i
+        if next_use[r] == NEVER or next_use[r] < trained:
+            next_use[r] = a
+
+
+def announce_cpu(uniq: Tensor, ring: Tensor, last_batch: Tensor, last_pos: Tensor, next_use: Tensor, a: int,
+                 length: int, cap: int, trained: int) -> None:
+    _announce(uniq.numpy(), ring.numpy(), last_batch.numpy(), last_pos.numpy(), next_use.numpy(), a, length, cap,
+              trained)
+
+
+@torch.library.custom_op("haloflow::cache_announce", mutates_args=("ring", "last_batch", "last_pos", "next_use"))
+def _cache_announce(uniq: Tensor, ring: Tensor, last_batch: Tensor, last_pos: Tensor, next_use: Tensor, a: int,
+                    length: int, cap: int, trained: int) -> None:
+    announce_stock(uniq, ring, last_batch, last_pos, next_use, a, length, cap, trained)
+
+
+_cache_announce.register_kernel("cpu")(announce_cpu)
+
+
+@_cache_announce.register_fake
+def _(*args):
+    return None
+
+
+ANNOUNCE = register(Op("cache_announce", stock=announce_stock, cpu=announce_cpu, bitwise=frozenset({"cpu"}),
+                       custom_op=torch.ops.haloflow.cache_announce,
+                       doc="a lookahead directory told a batch to come: each row's next use, by a ring"))
+
+
+def cache_announce(*args) -> None:
+    """Tell a lookahead directory batch ``a``'s rows (module docstring); the arguments as ``announce_stock``'s."""
+    call(ANNOUNCE, *args)
 
 
 OP = register(Op("cache_plan", stock=stock, cpu=cpu, bitwise=frozenset({"cpu"}), custom_op=torch.ops.haloflow.cache_plan,

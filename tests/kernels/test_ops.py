@@ -226,6 +226,29 @@ def run_plan(body, args):
     return out + state + [b[:R] for b in args[11]] + [s[:S] for s in args[10]]
 
 
+def announce_inputs(dtype, seed=54):
+    """A lookahead directory's ring (L = 5 batches of cap 8) with batches 6..9 announced, and batch 10's rows."""
+    from haloflow.kernels.cache_plan import NEVER
+
+    g = _gen(seed)
+    R, L, cap, a = 40, 5, 8, 10
+    last_batch = torch.where(torch.rand(R + 1, generator=g) < 0.3, -1, torch.randint(2, a, (R + 1,), generator=g))
+    last_pos = torch.randint(0, cap, (R + 1,), generator=g)
+    next_use = torch.where(torch.rand(R + 1, generator=g) < 0.3, NEVER, torch.randint(4, a, (R + 1,), generator=g))
+    ring = torch.where(torch.rand(L * cap + 1, generator=g) < 0.5, NEVER, torch.randint(5, a, (L * cap + 1,),
+                                                                                          generator=g))
+    uniq = torch.cat([torch.sort(torch.randperm(R, generator=g)[:6]).values, torch.full((2,), R)])
+    return (uniq, ring, last_batch, last_pos, next_use, a, L, cap, 7)
+
+
+def run_announce(body, args):
+    """An announcement on copies: the ring (not its sink) and the rows' state (not the pad row's)."""
+    args = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+    body(*args)
+    R = args[2].shape[0] - 1
+    return [args[1][:-1], args[2][:R], args[3][:R], args[4][:R]]
+
+
 def uniform_inputs(dtype):
     return (0x1234_5678_9ABC_DEF0, (3, 40), (1, 17), 0.25)
 
@@ -275,6 +298,7 @@ CASES = [
     Case("write_newest", newest_inputs, run=_in_place(0)),
     Case("keyed_uniform", uniform_inputs),
     Case("cache_plan", plan_inputs, run=run_plan),
+    Case("cache_announce", announce_inputs, run=run_announce),
 ]
 BY_NAME = {c.op: c for c in CASES}
 

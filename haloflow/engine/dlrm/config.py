@@ -54,7 +54,10 @@ class DLRMTrainConfig:
             the optimizer state) in host memory (``haloflow.cache``); None: the tables wholly on the device.
             Sharded, the fraction is of each shard's and replica's rows; a plan's ``cached`` tables have caches
             of their planned size with or without it.
-        cache_policy: "lru", "lfu" or "frequency".
+        cache_policy: "lru", "lfu", "frequency" (ranks rows by their count in the batches this run trains on)
+            or "lookahead" (the trainer reads the next ``cache_window`` batches ahead and tells the cache their
+            rows: Belady within them, a miss cached only when used again sooner than its victim; one process).
+        cache_window: batches ahead the lookahead policy sees (>= 1).
         runtime: device, timeout and output (``RuntimeConfig``; ``log_jsonl`` gets every JSON record).
     """
 
@@ -102,7 +105,10 @@ class DLRMTrainConfig:
         "software cache on the device, the rest in host memory (e.g. 0.01; with --nproc/--plan, of each shard's "
         "rows; a rank's tables share one cache of the summed size); a plan's cached tables get their planned "
         "caches either way")
-    cache_policy: str = option("lru", choices=("lru", "lfu", "frequency"), help="which rows stay cached")
+    cache_policy: str = option("lru", choices=("lru", "lfu", "frequency", "lookahead"),
+                               help="which rows stay cached (lookahead: Belady within the next --cache-window "
+                                    "batches, which the trainer reads ahead; one process only)")
+    cache_window: int = option(16, metavar="W", help="batches ahead the lookahead cache policy sees")
     runtime: RuntimeConfig = nested(lambda: RuntimeConfig(timeout_s=300.0), "running")
 
     def __post_init__(self) -> None:
@@ -132,6 +138,8 @@ class DLRMTrainConfig:
         if self.dtype != "float32" and self.cache_ratio is not None:
             raise ConfigError(f"dtype {self.dtype}: a cache (cache_ratio {self.cache_ratio}) holds float32 rows; "
                               "expected dtype float32 with a cache, or no cache_ratio", field="dtype")
+        if not 1 <= self.cache_window <= 4096:
+            raise ConfigError(f"cache_window must be in 1..4096 batches, got {self.cache_window}", field="cache_window")
         if self.cache_ratio is not None and not 0 < self.cache_ratio <= 1:
             raise ConfigError(f"cache_ratio must be in (0, 1], got {self.cache_ratio}", field="cache_ratio")
         if self.dp_grad not in ("sparse", "dense"):

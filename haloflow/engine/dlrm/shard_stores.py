@@ -108,7 +108,7 @@ class ShardStores:
                                         for s in slots])
         return CachedTables(sizes, dim, self.optimizer, num_slots=num_slots, init=init, device=self.device,
                             names=names, policy=self.cache.policy, admit_all=self.cache.admit_all,
-                            histogram=histogram)
+                            histogram=histogram, window=self.cache.window)
 
     def make(self, name: str, weight: Tensor, *, cache_rows: int | None = None, table: int | None = None,
              rows: tuple[int, int] | None = None) -> RowStore:

@@ -328,6 +328,17 @@ class ShardedEmbeddingCollection(nn.Module):
                              background=background)
         return True
 
+    @property
+    def looks_ahead(self) -> bool:
+        """Whether ``announce`` does anything: ``prefetch`` does, and the cache's policy is lookahead."""
+        return self.can_prefetch and self._batch.policy == "lookahead"
+
+    def announce(self, sparse: JaggedBatch) -> None:
+        """Tell a lookahead cache the rows of a batch to come (``CachedTables.announce``: in training order, from
+        the next batch looked up, at most its window + 1 ahead); a no-op without one."""
+        if self.looks_ahead:
+            self._batch.announce(sparse.values, sparse.lengths.reshape(-1), self._slots_of_bags([sparse.batch_size]))
+
     def _batch_sizes(self, local: int, given: Sequence[int] | None) -> list[int]:
         K = self.layout.world_size
         if given is not None:

@@ -19,6 +19,7 @@ the Criteo Kaggle DLRM (FACTS.md): SGD lr 0.1, batch 128, D = 16, bottom 512-256
 
 from __future__ import annotations
 
+import collections
 import logging
 import math
 import time
@@ -267,8 +268,10 @@ def build_dlrm(config: DLRMTrainConfig, data: _Data, layout: ParallelLayout, ste
     from haloflow.cache import CacheConfig, make_optimizer
     from haloflow.engine.dlrm.shard_stores import ShardStores
 
-    cache = (CacheConfig(ratio=config.cache_ratio, policy=config.cache_policy)
-             if config.cache_ratio is not None else None)
+    cache = None
+    if config.cache_ratio is not None:  # lookahead: Belady's bypass (a miss cached only if used sooner than its victim)
+        cache = CacheConfig(ratio=config.cache_ratio, policy=config.cache_policy, window=config.cache_window,
+                            admit_all=config.cache_policy != "lookahead")
     histograms = row_counts(data, steps) if cache is not None and cache.policy == "frequency" else None
     dtype = getattr(torch, config.dtype)
     stores = ShardStores(optimizer=make_optimizer({"name": config.optimizer, "lr": config.lr}), cache=cache,
@@ -276,6 +279,11 @@ def build_dlrm(config: DLRMTrainConfig, data: _Data, layout: ParallelLayout, ste
     net = parallelize_dlrm(model_config, plan, layout.group, dp_grad=config.dp_grad, device=layout.device,
                            stores=stores, dtype=dtype, k_invariant=not config.no_k_invariance)
     net.embeddings.check_ids = False  # the trainer checks each batch's ids on the host (``check_batch_ids``)
+    if cache is not None and cache.policy == "lookahead" and not net.embeddings.looks_ahead:
+        raise ConfigError("cache policy 'lookahead' needs the rows of the batches to come where the tables are looked "
+                          f"up: one process holding every table, none replicated or split by rows (this run: K = "
+                          f"{layout.world_size}); expected --cache-policy lru, lfu or frequency here",
+                          field="cache_policy")
     return net
 
 
@@ -406,7 +414,13 @@ class DLRMFamily:
     def begin(self, done: int) -> None:
         self.start, self.t0 = done, time.perf_counter()
         self.stream = self._stream(done)
-        self._next: tuple[ClickBatch, ClickBatch, list[int]] | None = None  # the batch read ahead
+        # batches read ahead, from the next step's on: one, for a prefetch of the next batch's rows; a lookahead
+        # cache's window + 2 (the step's batch, the prefetched one and the window after it), each announced to
+        # it as it is read
+        emb = self.net.embeddings
+        self._depth = (self.config.cache_window + 2 if emb.looks_ahead else 2) if emb.can_prefetch else 1
+        self._ahead: collections.deque[tuple[ClickBatch, ClickBatch, list[int]]] = collections.deque()
+        self._read_to = done  # steps whose batch has been read
 
     def _stream(self, done: int) -> Iterator[ClickBatch]:
         """The training batches from step ``done`` on, epoch after epoch (the data position is done mod the
@@ -418,14 +432,15 @@ class DLRMFamily:
 
     def _read(self, index: int) -> tuple[ClickBatch, ClickBatch, list[int]]:
         """The global batch of step ``index + 1`` (ids checked), this rank's slice of it on its device, and every
-        rank's batch size: the one read ahead for a prefetch, else the stream's next."""
-        if self._next is not None:
-            ahead, self._next = self._next, None
-            return ahead
-        batch = next(self.stream)
-        check_batch_ids(batch, self.data.table_sizes, f"training batch {index + 1}")
-        mine, sizes = _local(batch, self.rt.layout, self.dtype, self.workers)
-        return batch, mine, sizes
+        rank's batch size; the batches after it read ahead as far as ``_depth`` says (and the run goes)."""
+        while len(self._ahead) < self._depth and self._read_to < self.total:
+            batch = next(self.stream)
+            check_batch_ids(batch, self.data.table_sizes, f"training batch {self._read_to + 1}")
+            mine, sizes = _local(batch, self.rt.layout, self.dtype, self.workers)
+            self.net.embeddings.announce(mine.sparse)
+            self._ahead.append((batch, mine, sizes))
+            self._read_to += 1
+        return self._ahead.popleft()
 
     def train_unit(self, index: int) -> StepLog:
         cfg, lay, net = self.config, self.rt.layout, self.net
@@ -434,9 +449,8 @@ class DLRMFamily:
         if not self.devices["batches"]:  # where the batches land is decided once, by the first
             self.devices["batches"] = {t.device.type for t in (mine.dense, mine.sparse.values, mine.labels)}
         upcoming = None
-        if net.embeddings.can_prefetch and index + 1 < self.total:  # the next batch's rows move in meanwhile
-            self._next = self._read(index + 1)
-            upcoming = self._next[1]
+        if net.embeddings.can_prefetch and self._ahead:  # the next batch's rows move in meanwhile
+            upcoming = self._ahead[0][1]
         # in the background on a GPU (a side stream); on the CPU in line: a thread beside the step's own two
         # was slower on 2 cores (0.070-0.083 s a step against 0.066-0.069, batch 2,048, 5 % cached)
         losses = train_step(net, self.opt, mine, sizes, slices, batch.batch_size, upcoming,

@@ -40,7 +40,7 @@ def test_one_process_cached_equals_uncached(optimizer):
     assert tables.keys() == ref.keys() and all(torch.equal(tables[k], ref[k]) for k in ref)
 
 
-@pytest.mark.parametrize("policy", ["lfu", "frequency"])
+@pytest.mark.parametrize("policy", ["lfu", "frequency", "lookahead"])
 def test_every_cache_policy_keeps_the_floats(policy):
     plain = train_dlrm(DLRMTrainConfig(**RUN, optimizer="adagrad", lr=0.01))
     cached = train_dlrm(DLRMTrainConfig(**RUN, **CACHED, cache_policy=policy, optimizer="adagrad", lr=0.01))

@@ -28,9 +28,6 @@ from haloflow.partition.planner.planner import table_wise_plan
 SYNC_OPS = {"_local_scalar_dense", "nonzero", "_unique2", "unique_dim", "unique_consecutive", "_unique",
             "masked_select", "item"}
 MAX_OPS, MAX_SPREAD = 150, 5
-# With a cache the step also plans and moves the next batch's rows: 174-205 ops measured (2026-12-06), the 150
-# the issue asks for not met yet (the plan is ~60 torch ops; a fused plan op would be one).
-MAX_OPS_CACHED = 210
 B = 64
 
 
@@ -72,21 +69,26 @@ def _batch(num_tables: int, sizes: tuple[int, ...], step: int) -> ClickBatch:
 
 def _count_step(num_tables: int, optimizer: str, read_loss: bool = False, cache: str | None = None) -> OpCounter:
     """Ops of the third step (the first two warm up) of a one-process DLRM with ``num_tables`` tables; with a
-    ``cache`` policy, 30 % of the rows cached, and the step plans and moves the next batch's rows (prefetch)."""
+    ``cache`` policy, 30 % of the rows cached, and the step plans and moves the next batch's rows (prefetch). A
+    lookahead cache is told each batch as the trainer reads it, two ahead: the count includes telling it one."""
     sizes = tuple(40 + 3 * t for t in range(num_tables))
     config = DLRMConfig(table_sizes=sizes, bottom_mlp=(32, 16), top_mlp=(32,))
     histograms = tuple(np.arange(n, dtype=np.int64) % 7 for n in sizes) if cache == "frequency" else None
     stores = ShardStores(optimizer=make_optimizer({"name": optimizer, "lr": 0.05}), histograms=histograms,
-                         cache=CacheConfig(ratio=0.3, policy=cache) if cache else None)
+                         cache=CacheConfig(ratio=0.3, policy=cache, window=2) if cache else None)
     net = parallelize_dlrm(config, table_wise_plan(sizes, 16, 1), None, stores=stores)
     net.embeddings.check_ids = False  # as the trainer: checked on the host
     assert net.embeddings.can_prefetch == (cache is not None)
     opt = mlp_optimizer(net, optimizer, 0.05)
-    batches = [_batch(num_tables, sizes, step) for step in range(4)]
+    batches = [_batch(num_tables, sizes, step) for step in range(6)]
+    for b in batches[:3]:  # as the trainer reads them: the step's batch, the next, and the window (2) after it
+        net.embeddings.announce(b.sparse)  # a no-op but for lookahead
     for step in range(2):
+        net.embeddings.announce(batches[step + 3].sparse)
         train_step(net, opt, batches[step], [B], [B], B, upcoming=batches[step + 1] if cache else None)
     counter = OpCounter()
     with counter:
+        net.embeddings.announce(batches[5].sparse)
         losses = train_step(net, opt, batches[2], [B], [B], B, upcoming=batches[3] if cache else None)
         if read_loss:
             losses.sum().item()
@@ -94,12 +96,12 @@ def _count_step(num_tables: int, optimizer: str, read_loss: bool = False, cache:
 
 
 @pytest.mark.parametrize("optimizer", ["sgd", "adagrad", "rowwise_adagrad"])
-@pytest.mark.parametrize("cache", [None, "lru", "lfu", "frequency"])
+@pytest.mark.parametrize("cache", [None, "lru", "lfu", "frequency", "lookahead"])
 def test_a_step_costs_the_same_ops_for_26_and_52_tables_and_reads_nothing_back(optimizer, cache):
     c26, c52 = _count_step(26, optimizer, cache=cache), _count_step(52, optimizer, cache=cache)
     assert c26.syncs == [] and c52.syncs == [], (c26.syncs, c52.syncs)
     assert abs(c26.total - c52.total) <= MAX_SPREAD, (c26.total, c52.total, c52.counts - c26.counts)
-    assert max(c26.total, c52.total) <= (MAX_OPS if cache is None else MAX_OPS_CACHED), c52.counts.most_common(20)
+    assert max(c26.total, c52.total) <= MAX_OPS, c52.counts.most_common(20)
     bags = {k: n for k, n in c26.counts.items() if k.startswith("_embedding_bag") and "backward" not in k}
     assert sum(bags.values()) == 1, bags  # one lookup for all tables
 
