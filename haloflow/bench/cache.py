@@ -5,8 +5,9 @@ cache over a memory-mapped table against plain ``np.memmap`` lookups (the OS pag
    each table's rows, for LRU, LFU, frequency (Colossal-AI: rank by an offline histogram, hottest preloaded,
    every miss cached), frequency-admit (the same, a miss cached only if hotter than its victim), lookahead and
    lookahead-admit (Belady within the next ``--window`` batches, which the trace announces, then the histogram;
-   every miss cached, or only one used sooner than its victim) and Belady (MIN with bypass, preloaded: the bound
-   no policy can beat), on
+   every miss cached, or only one used sooner than its victim), the device directory's own LRU and lookahead-admit
+   (``CachedTables``, as ``--cache-policy lru`` / ``lookahead`` train: no histogram) and Belady (MIN with bypass,
+   preloaded: the bound no policy can beat), on
    a. Zipf traces over the 26 Criteo Kaggle tables, rows scaled down by ``--scale`` (rank-frequency exponent
       ``--zipf``, ranks shuffled over ids), ``--batches`` batches of ``--trace-batch-size`` samples, one id
       per table per sample (defaults: 800 x 512, so the largest table's trace is 4x its rows, as Kaggle's
@@ -14,7 +15,8 @@ cache over a memory-mapped table against plain ``np.memmap`` lookups (the OS pag
    b. the real Criteo rows in ``criteo/criteo_kaggle_train_head1000.txt`` (1,000 lines: each column's hex
       strings numbered in order of appearance, the empty string one more id), batches of 128.
    The histogram of the frequency policies is the trace's own count (Colossal-AI counts the data set).
-   Targets: frequency's hit rate within 10 % of Belady's at 1 % of the rows, lookahead-admit's within 3 %.
+   Targets: frequency's hit rate within 10 % of Belady's at 1 % of the rows, lookahead-admit's (host and device)
+   within 3 %.
 2. One table of ``--rows`` rows (D 16, Adagrad, so 128 B a row) in a memory-mapped folder, a cache of a quarter
    of its bytes (``max_bytes``; policy frequency-admit from the trace's histogram; mapped file pages capped
    at a quarter of that budget), ``--steps`` training steps of ``--batch-size`` single-id bags (Zipf ids),
@@ -48,6 +50,7 @@ from haloflow.bench.args import at_least
 from haloflow.cache import (Adagrad, BackingStore, CachedEmbeddingBag, CachedStore, belady_hits, make_policy,
                             simulate)
 from haloflow.cache.batched import pooled_sum
+from haloflow.cache.batched_cache import simulate_tables
 from haloflow.cache.optim import apply_rows
 from haloflow.cache.policy import DEFAULT_WINDOW
 from haloflow.data.criteo import KAGGLE_TABLE_SIZES
@@ -60,6 +63,9 @@ from haloflow.utils.help_format import HelpFormatter
 
 FRACTIONS = (0.005, 0.01, 0.02, 0.05, 0.1)
 POLICY_NAMES = ("lru", "lfu", "frequency", "frequency-admit", "lookahead", "lookahead-admit")
+# the device directory's own decisions (``CachedTables``, what the trainer runs): LRU, and lookahead as
+# ``--cache-policy lookahead`` runs it (the next --window batches announced, no histogram: uses counted so far)
+DEVICE_NAMES = ("lru (device)", "lookahead-admit (device)")
 TARGET = 0.10  # frequency within 10 % of Belady at 1 % of the rows
 LOOKAHEAD_TARGET = 0.03  # lookahead-admit within 3 % of Belady at 1 % of the rows
 CRITEO_FILE = "criteo/criteo_kaggle_train_head1000.txt"
@@ -87,7 +93,7 @@ def criteo_columns(path: Path) -> list[np.ndarray]:
 def hit_rates(tables: list[np.ndarray], batch_size: int, desc: str,
               window: int = DEFAULT_WINDOW) -> dict[str, dict[float, float]]:
     """Hit rate per policy (and Belady) per fraction, summed over ``tables`` (one id column each)."""
-    out = {name: {} for name in (*POLICY_NAMES, "belady")}
+    out = {name: {} for name in (*POLICY_NAMES, *DEVICE_NAMES, "belady")}
     bar = progress_bar(total=len(FRACTIONS) * len(tables), desc=desc)
     for f in FRACTIONS:
         hits = dict.fromkeys(out, 0)
@@ -102,6 +108,9 @@ def hit_rates(tables: list[np.ndarray], batch_size: int, desc: str,
                                      window=window)
                 st = simulate(trace, slots, policy, num_rows=n)
                 hits[name] += st.hits
+            hits["lru (device)"] += simulate_tables(trace, slots, "lru", num_rows=n).hits
+            hits["lookahead-admit (device)"] += simulate_tables(trace, slots, "lookahead", num_rows=n, window=window,
+                                                                admit_all=False).hits
             lookups += st.lookups
             hits["belady"] += belady_hits(trace, slots, num_rows=n)
             bar.update()
@@ -262,13 +271,14 @@ def train_mmap(rows: int, steps: int, batch: int, a: float, seed: int, progress:
 
 
 def dlrm_throughput(max_rows: int, steps: int, batch: int, rounds: int, seed: int,
-                    policy: str = "lru") -> dict:
+                    policy: str = "lookahead", window: int = DEFAULT_WINDOW) -> dict:
     """DLRM (Kaggle shape, tables capped at ``max_rows``) training samples/s through the trainer's own step
     (``train.train_step``: all tables in one ``BatchedTables``, or one ``CachedTables``), with every row in
     memory, and with 1 % and 5 % of each table's rows (summed) cached on the device over host memory, the next
     batch's rows prefetched as the trainer does: the same batches, Adagrad fused into the tables, contestants
     interleaved round by round (x all in memory: the median of per-round ratios). Weights and optimizer state
-    are compared at the end (they must be equal)."""
+    are compared at the end (they must be equal). A lookahead cache is told each batch ``window`` + 1 batches
+    before its step, as the trainer tells it (``--cache-policy lookahead``; Belady's bypass)."""
     from haloflow.cache import CacheConfig, make_optimizer
     from haloflow.data.clicks import ClickLogConfig, ClickLogGenerator
     from haloflow.engine.dlrm.parallelize import parallelize_dlrm
@@ -281,14 +291,22 @@ def dlrm_throughput(max_rows: int, steps: int, batch: int, rounds: int, seed: in
     config = DLRMConfig(table_sizes=gen.sizes, seed=seed)
     batches = list(gen.batches(batch, steps + 3))
     runs = {}
-    for name, cache in (("all in memory", None), ("1% cached", CacheConfig(ratio=0.01, policy=policy)),
-                        ("5% cached", CacheConfig(ratio=0.05, policy=policy))):
+    admit_all = policy != "lookahead"
+    for name, cache in (("all in memory", None),
+                        ("1% cached", CacheConfig(ratio=0.01, policy=policy, window=window, admit_all=admit_all)),
+                        ("5% cached", CacheConfig(ratio=0.05, policy=policy, window=window, admit_all=admit_all))):
         stores = ShardStores(optimizer=make_optimizer({"name": "adagrad", "lr": 0.01}), cache=cache)
         net = parallelize_dlrm(config, table_wise_plan(gen.sizes, config.embedding_dim, 1), None, stores=stores)
         net.embeddings.check_ids = False  # the generator's ids are in range (the trainer checks on the host)
         runs[name] = (net, mlp_optimizer(net, "adagrad", 0.01))
 
+    told = dict.fromkeys(runs, 0)
+
     def step(net, opt, i):
+        name = next(k for k, (n, _) in runs.items() if n is net)
+        while net.embeddings.looks_ahead and told[name] <= min(i + window + 1, len(batches) - 1):
+            net.embeddings.announce(batches[told[name]].sparse)  # as the trainer reads its batches ahead
+            told[name] += 1
         b, nxt = batches[i], batches[i + 1]
         train_step(net, opt, b, [batch], [batch], batch, nxt if net.embeddings.can_prefetch else None)
 
@@ -340,6 +358,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     p.add_argument("--dlrm-rounds", type=int, default=12,
                    help="rounds the DLRM steps are split into (4 rounds of 30 steps: medians 0.78-1.01x run to run)")
     p.add_argument("--dlrm-batch-size", type=int, default=128, help="samples per DLRM training step")
+    p.add_argument("--dlrm-policy", default="lookahead", choices=("lru", "lfu", "lookahead"),
+                   help="the DLRM part's cache policy (lookahead: told the next --window batches, as the trainer does)")
     p.add_argument("--parts", default="hits,mmap,dlrm",
                    help="which parts to run, comma-separated: hits (hit rates), mmap (memory-mapped training), "
                         "dlrm (DLRM training through a cache)")
@@ -387,7 +407,8 @@ def _hit_rate_part(args, rng, report: dict) -> None:
                              f"{args.trace_batch_size}; criteo: {CRITEO_FILE}, batches of 128; lookahead window "
                              f"{args.window} batches)"))
     z = report["zipf"]
-    for name, target in (("frequency", TARGET), ("frequency-admit", TARGET), ("lookahead-admit", LOOKAHEAD_TARGET)):
+    for name, target in (("frequency", TARGET), ("frequency-admit", TARGET), ("lookahead-admit", LOOKAHEAD_TARGET),
+                         ("lookahead-admit (device)", LOOKAHEAD_TARGET)):
         gap = 1 - z[name][0.01] / z["belady"][0.01]
         report[f"{name}_gap_to_belady_at_1pct"] = gap
         print(f"zipf, {name} at 1 %: {z[name][0.01]:.3f} vs Belady {z['belady'][0.01]:.3f}: {gap:.1%} below "
@@ -420,7 +441,8 @@ def _mmap_part(args, report: dict) -> None:
 
 
 def _dlrm_part(args, report: dict) -> None:
-    d = dlrm_throughput(args.dlrm_max_rows, args.dlrm_steps, args.dlrm_batch_size, args.dlrm_rounds, args.seed)
+    d = dlrm_throughput(args.dlrm_max_rows, args.dlrm_steps, args.dlrm_batch_size, args.dlrm_rounds, args.seed,
+                        args.dlrm_policy, args.window)
     report["dlrm"] = d
     print(format_table(["tables", "samples/s", "x all in memory", "hit rate", "weights = uncached"],
                        [[name, d[name]["samples_per_s"], d[name]["x_all_in_memory"], d[name]["hit_rate"],

@@ -105,3 +105,7 @@ def test_bench_cache_measures_each_readers_rss_in_a_fresh_process(tmp_path, caps
         assert 0.5 * m["table_bytes"] < growth["memmap"] < m["table_bytes"] + (16 << 20), growth
     text = capsys.readouterr().out
     assert "RSS growth" in text and "each reader in a fresh process" in text and f"wrote {out}" in text
+    report = json.loads(out.read_text())
+    d = report["dlrm"]  # the trainer's step through a lookahead cache: the uncached floats
+    assert d["policy"] == "lookahead" and all(d[k]["identical_to_uncached"] for k in ("1% cached", "5% cached"))
+    assert 0 < report["zipf"]["lookahead-admit (device)"]["0.01"] <= report["zipf"]["belady"]["0.01"]
