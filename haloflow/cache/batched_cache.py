@@ -126,6 +126,10 @@ class CachedTables(BatchedTables):
         self._announced: collections.deque = collections.deque()  # (ids, number, uniq, inverse) not yet planned
         self._fed = 0  # batches announced (numbered as the training plans)
         self._trained = 0  # training plans made
+        # the slots' copies of their rows' score and next use (the plan reads a window of slots in order)
+        self.slot_score = empty if policy == "lru" else torch.zeros(S + 1, dtype=torch.int64, device=dev)
+        self.slot_next = (torch.full((S + 1,), NEVER, dtype=torch.int64, device=dev) if policy == "lookahead"
+                          else empty)
         self.row_offsets = self.row_offsets.to(dev)
         self._R = torch.tensor(R, dtype=torch.int64, device=dev)  # a device scalar: one op fewer in torch.where
         self.clock = 0  # plans made (a host counter: no device value is read for it)
@@ -162,7 +166,8 @@ class CachedTables(BatchedTables):
         if admit_misses:
             self._trained += 1
         return cache_plan(uniq, self.id_slot, self.slot_id, self.last_use, self.dirty, self.pending, self.score,
-                          self.next_use, ring if ring is not None else self._empty, self.counts,
+                          self.next_use, self.slot_score, self.slot_next, ring if ring is not None else self._empty,
+                          self.counts,
                           list(self.slots.values()), list(self.backing.values()), hand, C, self.clock, pinned_from,
                           now, self._code, self.admit_all, admit_misses)
 
@@ -175,6 +180,9 @@ class CachedTables(BatchedTables):
             a.index_copy_(0, into, self.backing[k].index_select(0, hot.to(a.device)).to(self.device))
         self.id_slot.index_copy_(0, hot, into)
         self.slot_id.index_copy_(0, into, hot)
+        self.slot_score.index_copy_(0, into, self.score.index_select(0, hot))
+        if self.slot_next.numel():
+            self.slot_next.index_copy_(0, into, self.next_use.index_select(0, hot))
 
     # ------------------------------------------------------------------------------------------ lookups
     def _rows(self, ids: Tensor, lengths: Tensor, tables: Tensor) -> tuple[Tensor, Tensor]:
@@ -207,8 +215,8 @@ class CachedTables(BatchedTables):
             if self._ring is not None:
                 ring[:L * cap].view(L, cap)[:, :self._cap] = self._ring[:L * self._cap].view(L, self._cap)
             self._ring, self._cap = ring, cap
-        cache_announce(uniq, self._ring, self._last_batch, self._last_pos, self.next_use, a, L, self._cap,
-                       self._trained)
+        cache_announce(uniq, self._ring, self._last_batch, self._last_pos, self.next_use, self.id_slot,
+                       self.slot_next, a, L, self._cap, self._trained)
         self._announced.append((ids, a, uniq, inverse))
         self._fed += 1
 
@@ -354,6 +362,7 @@ class CachedTables(BatchedTables):
         self._hand = 0
         if self.policy == "lookahead":
             self.next_use.fill_(NEVER)
+            self.slot_next.fill_(NEVER)
             self._last_batch.fill_(-1)
             self._ring, self._cap = None, 0
             self._announced.clear()

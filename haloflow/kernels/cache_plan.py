@@ -8,8 +8,10 @@ distinct rows padded with R (``padded_unique``)::
      next announced batch after this one)
     window   = C slots from ``hand`` round the cache (CLOCK's hand; the caller moves it)
     key      of each slot in the window (lowest evicted first): NEVER if last_use >= pinned_from (a batch
-             not yet updated uses it), else LRU: last_use;  LFU / frequency: score[row];  lookahead: the score
-             below of its row;  a free slot -2 (-1 under LRU)
+             not yet updated uses it), else LRU: last_use;  LFU / frequency: its row's score;  lookahead: the
+             score below of its row;  a free slot -2 (-1 under LRU). The slots keep copies of their rows' score
+             and next use (slot_score, slot_next), so that the window's keys are read in slot order: over the
+             rows they were two random reads a slot, and most of a plan's time (lookahead 0.84 -> 0.36 ms, LFU 0.45 -> 0.29 ms at u = 3.3 k, C = 13 k)
     victims  = the k = min(u, C) slots of lowest (key, position in the window)
     miss rank: LRU in row order; the others hottest first (score, then position)
     admit    = the r-th miss takes victim r if its key < NEVER (and, without admit_all, if the miss scores above
@@ -29,7 +31,7 @@ number a, its rows ``uniq``; a ring of the last L batches' rows, ``cap`` entries
     for each real row r of uniq at position i:
         b = last_batch[r];  if b >= 0 and b > a - L:  ring[(b % L) cap + last_pos[r]] = a   (r's use after b)
         last_batch[r] = a;  last_pos[r] = i
-        if next_use[r] is NEVER or < trained (no use ahead of the plans):  next_use[r] = a
+        if next_use[r] is NEVER or < trained (no use ahead of the plans):  next_use[r] = a  (and its slot's copy)
 
 so that the plan of batch a reads its rows' next use after it as ``ring[a % L, :u]``.
 
@@ -78,9 +80,9 @@ def _row_scores(rows: Tensor, score: Tensor, next_use: Tensor, now: int, policy:
 
 
 def stock(uniq: Tensor, id_slot: Tensor, slot_id: Tensor, last_use: Tensor, dirty: Tensor, pending: Tensor,
-          score: Tensor, next_use: Tensor, ring: Tensor, counts: Tensor, slots: list[Tensor], backing: list[Tensor],
-          hand: int, num_candidates: int, clock: int, pinned_from: int, now: int, policy: int, admit_all: bool,
-          admit_misses: bool) -> tuple[Tensor, Tensor, Tensor]:
+          score: Tensor, next_use: Tensor, slot_score: Tensor, slot_next: Tensor, ring: Tensor, counts: Tensor,
+          slots: list[Tensor], backing: list[Tensor], hand: int, num_candidates: int, clock: int, pinned_from: int,
+          now: int, policy: int, admit_all: bool, admit_misses: bool) -> tuple[Tensor, Tensor, Tensor]:
     R, S, u, C = id_slot.shape[0] - 1, slot_id.shape[0] - 1, uniq.shape[0], num_candidates
     dev = uniq.device
     valid = uniq < R
@@ -90,8 +92,10 @@ def stock(uniq: Tensor, id_slot: Tensor, slot_id: Tensor, last_use: Tensor, dirt
     last_use.index_fill_(0, slot, clock)
     if _counts_uses(policy):
         score.index_add_(0, uniq, valid.long())  # batches that looked the row up
+        slot_score.index_add_(0, slot, (valid & hit).long())
     if policy >= POLICY_CODES["lookahead"] and ring.numel():
         next_use.index_copy_(0, uniq, ring)  # the rows' next announced use after this batch
+        slot_next.index_copy_(0, slot, ring)
     miss = valid & ~hit
     if not admit_misses:
         counts[:3].add_(torch.stack([valid, hit, miss]).sum(1))
@@ -106,9 +110,11 @@ def stock(uniq: Tensor, id_slot: Tensor, slot_id: Tensor, last_use: Tensor, dirt
     window = torch.remainder(torch.arange(C, device=dev) + hand, S)  # (C,) the candidates
     if policy == POLICY_CODES["lru"]:
         key = last_use.index_select(0, window)
-    else:
-        rows = slot_id.index_select(0, window)
-        key = _row_scores(rows.clamp(min=0), score, next_use, now, policy).masked_fill_(rows < 0, -2)
+    else:  # from the slots' copies of their rows' score and next use: read in order, not over the rows
+        key = slot_score.index_select(0, window)
+        if policy >= POLICY_CODES["lookahead"]:
+            key = lookahead_score(slot_next.index_select(0, window), key, now)
+        key = key.masked_fill_(slot_id.index_select(0, window) < 0, -2)
     key = torch.where(last_use.index_select(0, window) >= pinned_from, NEVER, key)
     k = min(u, C)
     vkey, pos = torch.sort(key, stable=True)
@@ -131,6 +137,10 @@ def stock(uniq: Tensor, id_slot: Tensor, slot_id: Tensor, last_use: Tensor, dirt
     last_use.index_fill_(0, into, clock)
     dirty.index_fill_(0, into, False)
     pending.index_fill_(0, into, True)
+    if policy != POLICY_CODES["lru"]:
+        slot_score.index_copy_(0, into, score.index_select(0, uniq))
+        if policy >= POLICY_CODES["lookahead"]:
+            slot_next.index_copy_(0, into, next_use.index_select(0, uniq))
     # lookups, hits, misses, admitted, evicted, written back
     counts[:6].add_(torch.stack([valid, hit, miss, admit, evict, back]).sum(1))
     return torch.where(admit, victim, slot), hit, hit | admit
@@ -152,8 +162,8 @@ def _score(row, score, next_use, now, policy):  # pragma: no cover - compiled
 
 
 @njit(cache=True)
-def _plan(uniq, id_slot, slot_id, last_use, dirty, pending, score, next_use, ring, counts, hand, C, clock,
-          pinned_from, now, policy, admit_all, admit_misses, out_slot, out_hit, out_cached, wb_src,
+def _plan(uniq, id_slot, slot_id, last_use, dirty, pending, score, next_use, slot_score, slot_next, ring, counts,
+          hand, C, clock, pinned_from, now, policy, admit_all, admit_misses, out_slot, out_hit, out_cached, wb_src,
           wb_dst):  # pragma: no cover - compiled
     R, S, u = id_slot.shape[0] - 1, slot_id.shape[0] - 1, uniq.shape[0]
     counting = policy == 1 or policy == 4
@@ -179,8 +189,11 @@ def _plan(uniq, id_slot, slot_id, last_use, dirty, pending, score, next_use, rin
                 nm += 1
             if counting:
                 score[r] += 1
+                if h:
+                    slot_score[s] += 1
         if has_ring:
             next_use[r] = ring[i]
+            slot_next[sl] = ring[i]
     counts[0] += nv
     counts[1] += nh
     counts[2] += nm
@@ -201,9 +214,10 @@ def _plan(uniq, id_slot, slot_id, last_use, dirty, pending, score, next_use, rin
             keys[j] = NEVER
         elif policy == 0:
             keys[j] = last_use[w]
+        elif slot_id[w] < 0:
+            keys[j] = -2
         else:
-            row = slot_id[w]
-            keys[j] = -2 if row < 0 else _score(row, score, next_use, now, policy)
+            keys[j] = _score(w, slot_score, slot_next, now, policy)
     k = min(u, C)
     m = min(nm, k)  # only the first m victims can be taken
     if m == 0:
@@ -248,6 +262,10 @@ def _plan(uniq, id_slot, slot_id, last_use, dirty, pending, score, next_use, rin
         last_use[v] = clock
         dirty[v] = False
         pending[v] = True
+        if policy != 0:
+            slot_score[v] = score[r]
+            if policy >= 3:
+                slot_next[v] = next_use[r]
         out_slot[i] = v
         out_cached[i] = True
         na += 1
@@ -258,16 +276,16 @@ def _plan(uniq, id_slot, slot_id, last_use, dirty, pending, score, next_use, rin
 
 
 def cpu(uniq: Tensor, id_slot: Tensor, slot_id: Tensor, last_use: Tensor, dirty: Tensor, pending: Tensor,
-        score: Tensor, next_use: Tensor, ring: Tensor, counts: Tensor, slots: list[Tensor], backing: list[Tensor],
-        hand: int, num_candidates: int, clock: int, pinned_from: int, now: int, policy: int, admit_all: bool,
-        admit_misses: bool) -> tuple[Tensor, Tensor, Tensor]:
+        score: Tensor, next_use: Tensor, slot_score: Tensor, slot_next: Tensor, ring: Tensor, counts: Tensor,
+        slots: list[Tensor], backing: list[Tensor], hand: int, num_candidates: int, clock: int, pinned_from: int,
+        now: int, policy: int, admit_all: bool, admit_misses: bool) -> tuple[Tensor, Tensor, Tensor]:
     u = uniq.shape[0]
     slot = torch.empty(u, dtype=torch.int64)
     hit, cached = torch.empty(u, dtype=torch.bool), torch.empty(u, dtype=torch.bool)
     src, dst = np.empty(u, np.int64), np.empty(u, np.int64)
     empty = np.empty(0, np.int64)
     n = _plan(uniq.numpy(), id_slot.numpy(), slot_id.numpy(), last_use.numpy(), dirty.numpy(), pending.numpy(),
-              score.numpy() if score.numel() else empty, next_use.numpy() if next_use.numel() else empty,
+              *(t.numpy() if t.numel() else empty for t in (score, next_use, slot_score, slot_next)),
               ring.numpy() if ring.numel() else empty, counts.numpy(), hand, num_candidates, clock, pinned_from,
               now, policy, admit_all, admit_misses, slot.numpy(), hit.numpy(), cached.numpy(), src, dst)
     if n:
@@ -276,16 +294,19 @@ def cpu(uniq: Tensor, id_slot: Tensor, slot_id: Tensor, last_use: Tensor, dirty:
     return slot, hit, cached
 
 
-_MUTATED = ("id_slot", "slot_id", "last_use", "dirty", "pending", "score", "next_use", "counts", "backing")
+_MUTATED = ("id_slot", "slot_id", "last_use", "dirty", "pending", "score", "next_use", "slot_score", "slot_next",
+            "counts", "backing")
 
 
 @torch.library.custom_op("haloflow::cache_plan", mutates_args=_MUTATED)
 def _cache_plan(uniq: Tensor, id_slot: Tensor, slot_id: Tensor, last_use: Tensor, dirty: Tensor, pending: Tensor,
-                score: Tensor, next_use: Tensor, ring: Tensor, counts: Tensor, slots: list[Tensor],
-                backing: list[Tensor], hand: int, num_candidates: int, clock: int, pinned_from: int, now: int,
-                policy: int, admit_all: bool, admit_misses: bool) -> tuple[Tensor, Tensor, Tensor]:
-    return stock(uniq, id_slot, slot_id, last_use, dirty, pending, score, next_use, ring, counts, slots, backing,
-                 hand, num_candidates, clock, pinned_from, now, policy, admit_all, admit_misses)
+                score: Tensor, next_use: Tensor, slot_score: Tensor, slot_next: Tensor, ring: Tensor,
+                counts: Tensor, slots: list[Tensor], backing: list[Tensor], hand: int, num_candidates: int,
+                clock: int, pinned_from: int, now: int, policy: int, admit_all: bool,
+                admit_misses: bool) -> tuple[Tensor, Tensor, Tensor]:
+    return stock(uniq, id_slot, slot_id, last_use, dirty, pending, score, next_use, slot_score, slot_next, ring,
+                 counts, slots, backing, hand, num_candidates, clock, pinned_from, now, policy, admit_all,
+                 admit_misses)
 
 
 _cache_plan.register_kernel("cpu")(cpu)
@@ -297,9 +318,9 @@ def _(uniq, *args):
     return uniq.new_empty(u), uniq.new_empty(u, dtype=torch.bool), uniq.new_empty(u, dtype=torch.bool)
 
 
-def announce_stock(uniq: Tensor, ring: Tensor, last_batch: Tensor, last_pos: Tensor, next_use: Tensor, a: int,
-                   length: int, cap: int, trained: int) -> None:
-    R, u = last_batch.shape[0] - 1, uniq.shape[0]
+def announce_stock(uniq: Tensor, ring: Tensor, last_batch: Tensor, last_pos: Tensor, next_use: Tensor,
+                   id_slot: Tensor, slot_next: Tensor, a: int, length: int, cap: int, trained: int) -> None:
+    R, S, u = last_batch.shape[0] - 1, slot_next.shape[0] - 1, uniq.shape[0]
     sink = length * cap
     ring[(a % length) * cap:(a % length + 1) * cap].fill_(NEVER)
     last = last_batch.index_select(0, uniq)
@@ -309,11 +330,15 @@ def announce_stock(uniq: Tensor, ring: Tensor, last_batch: Tensor, last_pos: Ten
     last_batch.index_fill_(0, uniq, a)
     last_pos.index_copy_(0, uniq, torch.arange(u, device=uniq.device))
     nxt = next_use.index_select(0, uniq)
-    next_use.index_copy_(0, uniq, torch.where((nxt == NEVER) | (nxt < trained), a, nxt))
+    nxt = torch.where((nxt == NEVER) | (nxt < trained), a, nxt)
+    next_use.index_copy_(0, uniq, nxt)
+    slot = id_slot.index_select(0, uniq)
+    slot_next.index_copy_(0, torch.where(slot >= 0, slot, S), nxt)  # a cached row's copy
 
 
 @njit(cache=True)
-def _announce(uniq, ring, last_batch, last_pos, next_use, a, length, cap, trained):  # pragma: no cover - compiled
+def _announce(uniq, ring, last_batch, last_pos, next_use, id_slot, slot_next, a, length, cap,
+              trained):  # pragma: no cover - compiled
     R = last_batch.shape[0] - 1
     base = (a % length) * cap
     ring[base:base + cap] = NEVER
@@ -328,18 +353,21 @@ def _announce(uniq, ring, last_batch, last_pos, next_use, a, length, cap, traine
         last_pos[r] = i
         if next_use[r] == NEVER or next_use[r] < trained:
             next_use[r] = a
+            if id_slot[r] >= 0:
+                slot_next[id_slot[r]] = a
 
 
-def announce_cpu(uniq: Tensor, ring: Tensor, last_batch: Tensor, last_pos: Tensor, next_use: Tensor, a: int,
-                 length: int, cap: int, trained: int) -> None:
-    _announce(uniq.numpy(), ring.numpy(), last_batch.numpy(), last_pos.numpy(), next_use.numpy(), a, length, cap,
-              trained)
+def announce_cpu(uniq: Tensor, ring: Tensor, last_batch: Tensor, last_pos: Tensor, next_use: Tensor,
+                 id_slot: Tensor, slot_next: Tensor, a: int, length: int, cap: int, trained: int) -> None:
+    _announce(uniq.numpy(), ring.numpy(), last_batch.numpy(), last_pos.numpy(), next_use.numpy(), id_slot.numpy(),
+              slot_next.numpy(), a, length, cap, trained)
 
 
-@torch.library.custom_op("haloflow::cache_announce", mutates_args=("ring", "last_batch", "last_pos", "next_use"))
-def _cache_announce(uniq: Tensor, ring: Tensor, last_batch: Tensor, last_pos: Tensor, next_use: Tensor, a: int,
-                    length: int, cap: int, trained: int) -> None:
-    announce_stock(uniq, ring, last_batch, last_pos, next_use, a, length, cap, trained)
+@torch.library.custom_op("haloflow::cache_announce",
+                         mutates_args=("ring", "last_batch", "last_pos", "next_use", "slot_next"))
+def _cache_announce(uniq: Tensor, ring: Tensor, last_batch: Tensor, last_pos: Tensor, next_use: Tensor,
+                    id_slot: Tensor, slot_next: Tensor, a: int, length: int, cap: int, trained: int) -> None:
+    announce_stock(uniq, ring, last_batch, last_pos, next_use, id_slot, slot_next, a, length, cap, trained)
 
 
 _cache_announce.register_kernel("cpu")(announce_cpu)

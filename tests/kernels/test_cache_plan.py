@@ -27,9 +27,9 @@ def test_the_numba_plan_makes_the_stock_decisions(policy, admit_all, seed):
 @pytest.mark.parametrize("policy", list(POLICY_CODES))
 def test_a_plan_leaves_a_directory(body, policy):
     args = list(plan_inputs(torch.float32, policy=policy, admit_all=True, seed=5))
-    uniq, id_slot, slot_id, last_use, pending, counts = args[0], args[1], args[2], args[3], args[5], args[9]
+    uniq, id_slot, slot_id, last_use, pending, counts = args[0], args[1], args[2], args[3], args[5], args[11]
     R, S = id_slot.numel() - 1, slot_id.numel() - 1
-    pinned_before = last_use[:S] >= args[15]
+    pinned_before = last_use[:S] >= args[17]
     held_before = slot_id.clone()
     slot, hit, cached = getattr(OP, body)(*args)
     real = uniq < R
@@ -43,6 +43,12 @@ def test_a_plan_leaves_a_directory(body, policy):
     assert bool(pending[slot[cached & ~hit]].all())  # admitted rows wait for their batch's update
     lookups, hits, misses, admitted = counts[:4].tolist()
     assert lookups == int(real.sum()) == hits + misses and admitted == int((cached & ~hit & real).sum()) > 0
+    score, next_use, slot_score, slot_next = args[6], args[7], args[8], args[9]
+    held = slot_id[:S] >= 0  # the slots' copies agree with their rows
+    if policy != "lru":
+        assert torch.equal(slot_score[:S][held], score[slot_id[:S][held]])
+    if policy.startswith("lookahead"):
+        assert torch.equal(slot_next[:S][held], next_use[slot_id[:S][held]])
 
 
 @pytest.mark.parametrize("seed", range(6))

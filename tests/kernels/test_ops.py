@@ -205,14 +205,16 @@ def plan_inputs(dtype, policy="lookahead", admit_all=False, ring=True, seed=53):
     pending = torch.zeros(S + 1, dtype=torch.bool)
     score = torch.randint(0, 6, (R + 1,), generator=g)  # small counts: ties
     next_use = torch.where(torch.rand(R + 1, generator=g) < 0.5, NEVER, torch.randint(3, 12, (R + 1,), generator=g))
+    slot_score = torch.where(slot_id >= 0, score[slot_id.clamp(min=0)], 0)  # the slots' copies of their rows'
+    slot_next = torch.where(slot_id >= 0, next_use[slot_id.clamp(min=0)], NEVER)
     batch = torch.sort(torch.cat([rows[2:6], rows[S:S + 5]])).values  # 4 cached (2 of them pinned slots), 5 not
     uniq = torch.cat([batch, torch.full((u - batch.numel(),), R)])
     nxt = torch.where(torch.rand(u, generator=g) < 0.4, NEVER, torch.randint(6, 12, (u,), generator=g))
     slots = [torch.randn(S + 1, D, generator=g, dtype=dtype), torch.rand(S + 1, generator=g, dtype=dtype)]
     backing = [torch.randn(R + 1, D, generator=g, dtype=dtype), torch.rand(R + 1, generator=g, dtype=dtype)]
     counts = torch.zeros(6, dtype=torch.int64)
-    return (uniq, id_slot, slot_id, last_use, dirty, pending, score, next_use, nxt if ring else next_use[:0],
-            counts, slots, backing, 7, 8, 7, 6, 5, POLICY_CODES[policy], admit_all, True)
+    return (uniq, id_slot, slot_id, last_use, dirty, pending, score, next_use, slot_score, slot_next,
+            nxt if ring else next_use[:0], counts, slots, backing, 7, 8, 7, 6, 5, POLICY_CODES[policy], admit_all, True)
 
 
 def run_plan(body, args):
@@ -222,8 +224,9 @@ def run_plan(body, args):
             for a in args]
     out = list(body(*args))
     R, S = args[1].shape[0] - 1, args[2].shape[0] - 1
-    state = [args[1][:R], args[2][:S], args[3][:S], args[4][:S], args[5][:S], args[6][:R], args[7][:R], args[9]]
-    return out + state + [b[:R] for b in args[11]] + [s[:S] for s in args[10]]
+    state = [args[1][:R], args[2][:S], args[3][:S], args[4][:S], args[5][:S], args[6][:R], args[7][:R], args[8][:S],
+             args[9][:S], args[11]]
+    return out + state + [b[:R] for b in args[13]] + [s[:S] for s in args[12]]
 
 
 def announce_inputs(dtype, seed=54):
@@ -238,15 +241,21 @@ def announce_inputs(dtype, seed=54):
     ring = torch.where(torch.rand(L * cap + 1, generator=g) < 0.5, NEVER, torch.randint(5, a, (L * cap + 1,),
                                                                                           generator=g))
     uniq = torch.cat([torch.sort(torch.randperm(R, generator=g)[:6]).values, torch.full((2,), R)])
-    return (uniq, ring, last_batch, last_pos, next_use, a, L, cap, 7)
+    S = 10
+    id_slot = torch.full((R + 1,), -1, dtype=torch.int64)
+    id_slot[torch.randperm(R, generator=g)[:S]] = torch.arange(S)
+    slot_next = torch.full((S + 1,), NEVER, dtype=torch.int64)
+    cached = id_slot >= 0
+    slot_next[id_slot[cached]] = next_use[cached]
+    return (uniq, ring, last_batch, last_pos, next_use, id_slot, slot_next, a, L, cap, 7)
 
 
 def run_announce(body, args):
     """An announcement on copies: the ring (not its sink) and the rows' state (not the pad row's)."""
     args = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
     body(*args)
-    R = args[2].shape[0] - 1
-    return [args[1][:-1], args[2][:R], args[3][:R], args[4][:R]]
+    R, S = args[2].shape[0] - 1, args[6].shape[0] - 1
+    return [args[1][:-1], args[2][:R], args[3][:R], args[4][:R], args[6][:S]]
 
 
 def uniform_inputs(dtype):
