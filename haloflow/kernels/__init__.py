@@ -14,6 +14,8 @@ CPU body and a GPU body registered beside it. The models call these ops and read
     sgd_rows / _tables index_add_                           numba per occurrence   stock         table op
     write_newest       argsort, indexed writes              numba row copies       stock         table op
     keyed_uniform      int64 splitmix64 torch ops           numba                  -             table op
+    cache_plan         gathers, stable sort, indexed writes numba, one pass        stock         haloflow::cache_plan
+      cache_announce   indexed writes into a ring           numba                  stock         haloflow::cache_announce
     (each ``haloflow::<op>`` has a ``<op>_backward`` op beside it, with the same bodies)
 
 A custom op (``torch.library.custom_op``) lets torch pick the body by the inputs' device and carries its own

@@ -10,8 +10,9 @@ distinct rows padded with R (``padded_unique``)::
     key      of each slot in the window (lowest evicted first): NEVER if last_use >= pinned_from (a batch
              not yet updated uses it), else LRU: last_use;  LFU / frequency: its row's score;  lookahead: the
              score below of its row;  a free slot -2 (-1 under LRU). The slots keep copies of their rows' score
-             and next use (slot_score, slot_next), so that the window's keys are read in slot order: over the
-             rows they were two random reads a slot, and most of a plan's time (lookahead 0.84 -> 0.36 ms, LFU 0.45 -> 0.29 ms at u = 3.3 k, C = 13 k)
+             and next use (slot_score, slot_next), so that the window's keys are read in slot order: read over
+             the rows they were two random reads a slot and most of a plan's time (numba, u = 3.3 k, C = 13 k:
+             lookahead 0.84 -> 0.36 ms, LFU 0.45 -> 0.29 ms)
     victims  = the k = min(u, C) slots of lowest (key, position in the window)
     miss rank: LRU in row order; the others hottest first (score, then position)
     admit    = the r-th miss takes victim r if its key < NEVER (and, without admit_all, if the miss scores above
