@@ -12,6 +12,9 @@
    gets the batches and the initial weights through files in a temporary folder, steps on request and times
    itself, so the pipe is not counted; its warm-up losses are compared with the plain run's.
    Target: haloflow >= 1.05x TorchRec.
+   A control bounds what any contestant can reach: "the dense floor" runs the same MLPs, interaction, loss and
+   MLP update on fixed pooled embeddings (no table work at all); no DLRM with these MLPs can step faster, so
+   floor / TorchRec is the largest ratio the same math allows here.
 2. K = 2 and 4 ranks (torchrun, gloo): the sharded DLRM on a plan from the planner; every step's bytes per
    rank must equal ``predict_step_bytes`` for the plan and the batch; throughput reported.
 
@@ -26,6 +29,7 @@ Kaggle's three largest have 8-10 M) so that two copies fit comfortably in memory
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import statistics
@@ -50,6 +54,7 @@ from haloflow.cache import SGD as RowSGD
 from haloflow.engine.dlrm.parallelize import parallelize_dlrm
 from haloflow.engine.dlrm.shard_stores import ShardStores
 from haloflow.engine.dlrm.train import mlp_optimizer, train_step
+from haloflow.kernels.interaction import interaction
 from haloflow.models.dlrm import DLRM, DLRMConfig, EmbeddingTables, dlrm_loss
 from haloflow.partition.planner.planner import table_wise_plan
 from haloflow.utils.atomic import atomic_write_text
@@ -164,7 +169,10 @@ def single_process(args, sizes, torchrec: Path | None = None) -> dict:
     trainer = parallelize_dlrm(config, table_wise_plan(sizes, config.embedding_dim, 1), None, device=dev,
                                stores=ShardStores(optimizer=RowSGD(lr=0.1), device=dev))  # same seed: same weights
     trainer.embeddings.check_ids = False  # the generator's ids are in range
-    opts = {"haloflow-trainer": mlp_optimizer(trainer, "sgd", 0.1),
+    floor = nn.ModuleDict({"bottom": copy.deepcopy(model.bottom), "top": copy.deepcopy(model.top)})  # own MLPs
+    floor_pooled = torch.randn(args.batch_size, len(sizes), config.embedding_dim, device=dev, requires_grad=True)
+    opts = {"dense-floor": torch.optim.SGD(floor.parameters(), lr=0.1, fused=dev.type == "cpu"),
+            "haloflow-trainer": mlp_optimizer(trainer, "sgd", 0.1),
             "haloflow": torch.optim.SGD(fused.parameters(), lr=0.1),  # the tables get no .grad: the MLPs only
             "haloflow-autograd": torch.optim.SGD(model.parameters(), lr=0.1),
             "plain": torch.optim.SGD(plain.parameters(), lr=0.1)}
@@ -175,6 +183,12 @@ def single_process(args, sizes, torchrec: Path | None = None) -> dict:
             B = b.batch_size
             return train_step(trainer, opt, b, [B], [B], B).sum().detach()
         opt.zero_grad(set_to_none=True)
+        if name == "dense-floor":  # the MLPs, interaction, loss and MLP update alone, on fixed pooled rows
+            pooled = floor_pooled[:b.batch_size]
+            loss = dlrm_loss(floor["top"](interaction(floor["bottom"](b.dense), pooled)).squeeze(1), b.labels)
+            loss.backward()
+            opt.step()
+            return loss.detach()
         if name == "plain":
             loss = nn.functional.binary_cross_entropy_with_logits(plain(b.dense, *inputs), b.labels)
         else:
@@ -222,11 +236,14 @@ def single_process(args, sizes, torchrec: Path | None = None) -> dict:
               "warmup_losses_equal": agree("haloflow", 1e-5) and agree("haloflow-autograd", 1e-5),
               "torchrec_samples_per_s": None, "ratio_vs_torchrec": None, "torchrec_target": TORCHREC_TARGET,
               "meets_torchrec_target": None, "torchrec_losses_equal": None, "torchrec_info": info,
+              "dense_floor_samples_per_s": statistics.median(rates["dense-floor"]),
+              "dense_floor_ratio": ratio("dense-floor"), "dense_floor_ratio_vs_torchrec": None,
               "warmup_losses": losses, "rounds": args.rounds, "steps_per_round": chunk}
     if "torchrec" in runs:
         result.update(torchrec_samples_per_s=statistics.median(rates["torchrec"]),
                       ratio_vs_torchrec=ratio("haloflow", "torchrec"),
                       trainer_ratio_vs_torchrec=ratio("haloflow-trainer", "torchrec"),
+                      dense_floor_ratio_vs_torchrec=ratio("dense-floor", "torchrec"),
                       meets_torchrec_target=ratio("haloflow", "torchrec") >= TORCHREC_TARGET,
                       torchrec_losses_equal=agree("torchrec", TORCHREC_LOSS_RTOL))
     return result
@@ -370,6 +387,10 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
           "train dlrm's step: one lookup and one fused update for all tables"
           + (f"; / TorchRec {vs_tr:.2f}" if vs_tr is not None else "")
           + f"; losses within 1e-5: {single['trainer_losses_equal']}")
+    vs_tr = single["dense_floor_ratio_vs_torchrec"]
+    print(f"{'  the dense floor':<22} {single['dense_floor_samples_per_s']:>10.0f} {single['dense_floor_ratio']:>9.2f}  "
+          "control: the MLPs, interaction, loss and MLP update on fixed pooled rows, no table work: the bound"
+          + (f"; / TorchRec {vs_tr:.2f} (no DLRM with these MLPs is faster here)" if vs_tr is not None else ""))
     if single["torchrec_samples_per_s"] is None:
         print(NOT_INSTALLED if args.torchrec_python is None else "torchrec: left out (--torchrec-python '')")
     else:

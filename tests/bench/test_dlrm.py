@@ -62,5 +62,6 @@ def test_a_tiny_race_with_torchrec_agrees_on_every_warmup_loss(tmp_path, capsys)
     assert single["torchrec_losses_equal"] is True
     assert len(single["warmup_losses"]["torchrec"]) == 2
     assert single["torchrec_samples_per_s"] > 0 and single["ratio_vs_torchrec"] > 0
+    assert single["dense_floor_samples_per_s"] > 0 and single["dense_floor_ratio_vs_torchrec"] > 0  # the bound
     info = single["torchrec_info"]
     assert info["torchrec"].startswith("1.9") and sum(len(t) for t in info["sharding"].values()) == 26
