@@ -41,6 +41,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -271,14 +272,15 @@ def train_mmap(rows: int, steps: int, batch: int, a: float, seed: int, progress:
 
 
 def dlrm_throughput(max_rows: int, steps: int, batch: int, rounds: int, seed: int,
-                    policy: str = "lookahead", window: int = DEFAULT_WINDOW) -> dict:
+                    policies: Sequence[str] = ("lookahead",), window: int = DEFAULT_WINDOW) -> dict:
     """DLRM (Kaggle shape, tables capped at ``max_rows``) training samples/s through the trainer's own step
     (``train.train_step``: all tables in one ``BatchedTables``, or one ``CachedTables``), with every row in
-    memory, and with 1 % and 5 % of each table's rows (summed) cached on the device over host memory, the next
-    batch's rows prefetched as the trainer does: the same batches, Adagrad fused into the tables, contestants
-    interleaved round by round (x all in memory: the median of per-round ratios). Weights and optimizer state
-    are compared at the end (they must be equal). A lookahead cache is told each batch ``window`` + 1 batches
-    before its step, as the trainer tells it (``--cache-policy lookahead``; Belady's bypass)."""
+    memory, and with 1 % and 5 % of each table's rows (summed) cached on the device over host memory under each
+    of ``policies``, the next batch's rows prefetched as the trainer does: the same batches, Adagrad fused into
+    the tables, contestants interleaved round by round in rotating order (x all in memory: the median of
+    per-round ratios). Weights and optimizer state are compared at the end (they must be equal). A lookahead
+    cache is told each batch ``window`` + 1 batches before its step, as the trainer tells it (``--cache-policy
+    lookahead``; Belady's bypass)."""
     from haloflow.cache import CacheConfig, make_optimizer
     from haloflow.data.clicks import ClickLogConfig, ClickLogGenerator
     from haloflow.engine.dlrm.parallelize import parallelize_dlrm
@@ -290,43 +292,46 @@ def dlrm_throughput(max_rows: int, steps: int, batch: int, rounds: int, seed: in
     gen = ClickLogGenerator(ClickLogConfig(max_rows=max_rows, seed=seed))
     config = DLRMConfig(table_sizes=gen.sizes, seed=seed)
     batches = list(gen.batches(batch, steps + 3))
+    configs: dict[str, CacheConfig | None] = {"all in memory": None}
+    for ratio in (0.01, 0.05):
+        for policy in policies:
+            name = f"{ratio:.0%} cached" + (f", {policy}" if len(policies) > 1 else "")
+            configs[name] = CacheConfig(ratio=ratio, policy=policy, window=window, admit_all=policy != "lookahead")
     runs = {}
-    admit_all = policy != "lookahead"
-    for name, cache in (("all in memory", None),
-                        ("1% cached", CacheConfig(ratio=0.01, policy=policy, window=window, admit_all=admit_all)),
-                        ("5% cached", CacheConfig(ratio=0.05, policy=policy, window=window, admit_all=admit_all))):
+    for name, cache in configs.items():
         stores = ShardStores(optimizer=make_optimizer({"name": "adagrad", "lr": 0.01}), cache=cache)
         net = parallelize_dlrm(config, table_wise_plan(gen.sizes, config.embedding_dim, 1), None, stores=stores)
         net.embeddings.check_ids = False  # the generator's ids are in range (the trainer checks on the host)
         runs[name] = (net, mlp_optimizer(net, "adagrad", 0.01))
-
     told = dict.fromkeys(runs, 0)
 
-    def step(net, opt, i):
-        name = next(k for k, (n, _) in runs.items() if n is net)
+    def step(name, i):
+        net, opt = runs[name]
         while net.embeddings.looks_ahead and told[name] <= min(i + window + 1, len(batches) - 1):
             net.embeddings.announce(batches[told[name]].sparse)  # as the trainer reads its batches ahead
             told[name] += 1
         b, nxt = batches[i], batches[i + 1]
         train_step(net, opt, b, [batch], [batch], batch, nxt if net.embeddings.can_prefetch else None)
 
-    for net, opt in runs.values():  # warm-up
+    for name in runs:  # warm-up
         for i in range(2):
-            step(net, opt, i)
+            step(name, i)
     timed = list(range(2, 2 + steps))
     rounds = max(1, min(rounds, len(timed)))  # every round times at least one step
     chunk = len(timed) // rounds
+    names = list(runs)
     rates = {name: [] for name in runs}
     for r in range(rounds):
         part = timed[r * chunk:(r + 1) * chunk]
-        for name in (list(runs) if r % 2 == 0 else list(runs)[::-1]):
-            net, opt = runs[name]
+        shift = r % len(names)
+        for name in names[shift:] + names[:shift]:
             t0 = time.perf_counter()
             for i in part:
-                step(net, opt, i)
+                step(name, i)
             rates[name].append(len(part) * batch / (time.perf_counter() - t0))
     ref = [s.state_dict() for s in runs["all in memory"][0].embeddings.slot_stores()]
-    out = {"max_rows": max_rows, "rows": sum(gen.sizes), "batch": batch, "steps": chunk * rounds, "policy": policy}
+    out = {"max_rows": max_rows, "rows": sum(gen.sizes), "batch": batch, "steps": chunk * rounds,
+           "policy": ", ".join(policies), "contestants": names}
     for name, (net, _) in runs.items():
         rows = [s.state_dict() for s in net.embeddings.slot_stores()]
         same = all(torch.equal(a[k], b[k]) for a, b in zip(ref, rows) for k in a)
@@ -358,8 +363,9 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     p.add_argument("--dlrm-rounds", type=int, default=12,
                    help="rounds the DLRM steps are split into (4 rounds of 30 steps: medians 0.78-1.01x run to run)")
     p.add_argument("--dlrm-batch-size", type=int, default=128, help="samples per DLRM training step")
-    p.add_argument("--dlrm-policy", default="lookahead", choices=("lru", "lfu", "lookahead"),
-                   help="the DLRM part's cache policy (lookahead: told the next --window batches, as the trainer does)")
+    p.add_argument("--dlrm-policy", default="lookahead",
+                   help="the DLRM part's cache policies, comma-separated, each a contestant (lru, lfu, lookahead: "
+                        "told the next --window batches, as the trainer does)")
     p.add_argument("--parts", default="hits,mmap,dlrm",
                    help="which parts to run, comma-separated: hits (hit rates), mmap (memory-mapped training), "
                         "dlrm (DLRM training through a cache)")
@@ -367,6 +373,9 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     parts = {x.strip() for x in args.parts.split(",") if x.strip()}
     if not parts or parts - {"hits", "mmap", "dlrm"}:
         p.error(f"--parts {args.parts!r}: expected some of hits, mmap, dlrm")
+    bad = [x for x in args.dlrm_policy.split(",") if x.strip() not in ("lru", "lfu", "lookahead")]
+    if bad or not args.dlrm_policy.strip():
+        p.error(f"--dlrm-policy {args.dlrm_policy!r}: expected some of lru, lfu, lookahead, comma-separated")
     rng = np.random.default_rng(args.seed)
     report: dict = {"args": vars(args), "fractions": FRACTIONS}
 
@@ -441,12 +450,13 @@ def _mmap_part(args, report: dict) -> None:
 
 
 def _dlrm_part(args, report: dict) -> None:
+    policies = [x.strip() for x in args.dlrm_policy.split(",") if x.strip()]
     d = dlrm_throughput(args.dlrm_max_rows, args.dlrm_steps, args.dlrm_batch_size, args.dlrm_rounds, args.seed,
-                        args.dlrm_policy, args.window)
+                        policies, args.window)
     report["dlrm"] = d
     print(format_table(["tables", "samples/s", "x all in memory", "hit rate", "weights = uncached"],
                        [[name, d[name]["samples_per_s"], d[name]["x_all_in_memory"], d[name]["hit_rate"],
-                         d[name]["identical_to_uncached"]] for name in ("all in memory", "1% cached", "5% cached")],
+                         d[name]["identical_to_uncached"]] for name in d["contestants"]],
                        float_fmt=[".0f", ".0f", ".2f", ".3f", ""],
                        title=f"\nDLRM training, Kaggle tables capped at {d['max_rows']:,} rows ({d['rows']:,} in all), "
                              f"batch {d['batch']}, Adagrad, cache policy {d['policy']}, {torch.get_num_threads()} "
