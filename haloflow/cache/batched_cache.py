@@ -123,8 +123,12 @@ class CachedTables(BatchedTables):
         self._ring_len = self.window + 3  # announced batches held: the window, the one planned, one prefetched
         self._ring: Tensor | None = None  # (L * cap + 1,) each announced row's next announced batch; last: a sink
         self._cap = 0
-        self._announced: collections.deque = collections.deque()  # (ids, number, uniq, inverse) not yet planned
+        self._announced: collections.deque = collections.deque()  # ((ids, lengths, tables), number, uniq, inverse)
+        # of the batches announced and not yet planned
         self._fed = 0  # batches announced (numbered as the training plans)
+        # training plans made, of them prefetched (planned before their lookup) and from an announcement (host
+        # counts: how much of what the driver told was used)
+        self.ahead = {"plans": 0, "prefetched": 0, "announced": 0}
         self._trained = 0  # training plans made
         # the slots' copies of their rows' score and next use (the plan reads a window of slots in order)
         self.slot_score = empty if policy == "lru" else torch.zeros(S + 1, dtype=torch.int64, device=dev)
@@ -134,9 +138,9 @@ class CachedTables(BatchedTables):
         self._R = torch.tensor(R, dtype=torch.int64, device=dev)  # a device scalar: one op fewer in torch.where
         self.clock = 0  # plans made (a host counter: no device value is read for it)
         self._hand = 0  # where the next plan's window of candidate victims starts
-        self._pending_rows: list[tuple[Tensor, ...]] = []  # (uniq, slot, fresh, cached, rows) of lookups not yet
+        self._pending_rows: list[tuple] = []  # (uniq, slot, fresh, cached, rows, plan clock) of lookups not yet
         # updated
-        self._prefetched: tuple[Tensor, ...] | None = None  # (ids, uniq, inverse, slot, hit, cached)
+        self._prefetched: tuple | None = None  # ((ids, lengths, tables), uniq, inverse, slot, hit, cached, clock)
         self._thread: threading.Thread | None = None  # a prefetch in the background
         self._failed: BaseException | None = None  # what the background prefetch raised
         self._side = None  # the CUDA stream of a background prefetch
@@ -165,6 +169,7 @@ class CachedTables(BatchedTables):
         now = self._trained
         if admit_misses:
             self._trained += 1
+            self.ahead["plans"] += 1
         return cache_plan(uniq, self.id_slot, self.slot_id, self.last_use, self.dirty, self.pending, self.score,
                           self.next_use, self.slot_score, self.slot_next, ring if ring is not None else self._empty,
                           self.counts,
@@ -217,7 +222,7 @@ class CachedTables(BatchedTables):
             self._ring, self._cap = ring, cap
         cache_announce(uniq, self._ring, self._last_batch, self._last_pos, self.next_use, self.id_slot,
                        self.slot_next, a, L, self._cap, self._trained)
-        self._announced.append((ids, a, uniq, inverse))
+        self._announced.append(((ids, lengths, tables), a, uniq, inverse))
         self._fed += 1
 
     def _rows_of(self, ids: Tensor, lengths: Tensor, tables: Tensor, train: bool
@@ -227,8 +232,9 @@ class CachedTables(BatchedTables):
         q = self._announced
         while q and q[0][1] < self._trained:  # announced, but planned without (other ids were looked up)
             q.popleft()
-        if train and q and q[0][1] == self._trained and q[0][0] is ids:
+        if train and q and q[0][1] == self._trained and _same_ids(q[0][0], (ids, lengths, tables)):
             _, a, uniq, inverse = q.popleft()
+            self.ahead["announced"] += 1
             L, cap = self._ring_len, self._cap
             return uniq, inverse, self._ring[(a % L) * cap:(a % L) * cap + uniq.numel()]
         return (*self._rows(ids, lengths, tables), None)
@@ -245,12 +251,13 @@ class CachedTables(BatchedTables):
         self._join()
         dev = self.device
         ids, lengths, tables = ids.to(dev), lengths.to(dev), tables.to(dev)
-        pinned_from = self.clock + 1 - len(self._pending_rows)
+        pinned_from = self._pinned_from()
 
         def work() -> None:
             try:
                 uniq, inverse, ring = self._rows_of(ids, lengths, tables, True)
-                self._prefetched = (ids, uniq, inverse, *self._plan(uniq, pinned_from, ring=ring))
+                plan = self._plan(uniq, pinned_from, ring=ring)
+                self._prefetched = ((ids, lengths, tables), uniq, inverse, *plan, self.clock)
             except BaseException as err:  # raised again by the next call that waits for it
                 self._failed = err
 
@@ -270,6 +277,15 @@ class CachedTables(BatchedTables):
         self._thread = threading.Thread(target=work, name="haloflow-prefetch", daemon=True)
         self._thread.start()
 
+    def _pinned_from(self) -> int:
+        """The oldest plan whose batch is not updated yet (looked up and waiting for ``step``, or prefetched and
+        not looked up): the slots last used by it or a later plan keep their rows. (Plans are not one per batch:
+        an evaluation lookup plans too, so the clock alone does not say which batches are outstanding.)"""
+        clocks = [p[-1] for p in self._pending_rows]
+        if self._prefetched is not None:
+            clocks.append(self._prefetched[-1])
+        return min(clocks, default=self.clock + 1)
+
     def _join(self) -> None:
         thread, self._thread = self._thread, None
         if thread is not None:
@@ -285,13 +301,19 @@ class CachedTables(BatchedTables):
         self._join()
         dev = self.device
         ids, lengths, tables = ids.to(dev), lengths.to(dev), tables.to(dev)
-        pre, self._prefetched = self._prefetched, None
-        if pre is not None and pre[0] is ids:
-            _, uniq, inverse, slot, hit, cached = pre
-        else:  # the batches not yet updated keep their slots; a lookup without an update admits nothing
+        pre = self._prefetched
+        if pre is not None and _same_ids(pre[0], (ids, lengths, tables)):
+            self._prefetched = None
+            _, uniq, inverse, slot, hit, cached, planned_at = pre
+            if train:
+                self.ahead["prefetched"] += 1
+        else:  # the batches not yet updated keep their slots; a lookup without an update admits nothing (an
+            # evaluation lookup between a prefetch and its batch leaves the prefetched plan for that batch)
+            if train:
+                self._prefetched = None
             uniq, inverse, ring = self._rows_of(ids, lengths, tables, train)
-            slot, hit, cached = self._plan(uniq, self.clock + 1 - len(self._pending_rows), admit_misses=train,
-                                           ring=ring)
+            slot, hit, cached = self._plan(uniq, self._pinned_from(), admit_misses=train, ring=ring)
+            planned_at = self.clock
         # a row's values are in its slot unless it was admitted and no update has written it there yet (read
         # now, not at the plan: a prefetch plans before the batch before it is updated)
         fresh = hit & ~self.pending.index_select(0, slot)
@@ -300,7 +322,7 @@ class CachedTables(BatchedTables):
         over = host.index_select(0, torch.where(fresh, self._R, uniq).to(host.device)).to(dev)  # the others
         rows = torch.where(fresh.unsqueeze(1), w, over).requires_grad_(train)  # (u, D) leaf
         if train:
-            self._pending_rows.append((uniq, slot, fresh, cached, rows))
+            self._pending_rows.append((uniq, slot, fresh, cached, rows, planned_at))
         offsets = torch.zeros(lengths.numel() + 1, dtype=torch.int64, device=dev)
         torch.cumsum(lengths, 0, out=offsets[1:])
         return pooled_sum(rows, inverse, offsets, lengths)  # (n, D)
@@ -311,7 +333,7 @@ class CachedTables(BatchedTables):
         into the backing rows. One update of the u rows, written to both places (padded)."""
         pending, self._pending_rows = self._pending_rows, []
         R = self._R
-        for uniq, slot, fresh, cached, rows in pending:
+        for uniq, slot, fresh, cached, rows, _ in pending:
             if rows.grad is None:
                 continue
             where_read = torch.where(fresh, R, uniq)
@@ -384,6 +406,19 @@ class CachedTables(BatchedTables):
         """Device bytes: the slots with their state, the directory (id_slot 8 bytes a row)."""
         return (sum(a.numel() * a.element_size() for a in self.slots.values()) + self.id_slot.numel() * 8
                 + 3 * (self.num_slots + 1) * 8)
+
+
+def _same_ids(planned: tuple[Tensor, ...], batch: tuple[Tensor, ...]) -> bool:
+    """Whether a lookup's (ids, lengths, tables) are the ones planned ahead: the same memory (one process: its
+    own batch, lengths viewed again), else the same values (K ranks: the exchange's copy of what ``ahead_ids``
+    told; a comparison that reads the device). A lookup of other ids is planned again."""
+    def same(a: Tensor, b: Tensor) -> bool:
+        if a is b or (a.data_ptr() == b.data_ptr() and a.shape == b.shape and a.stride() == b.stride()
+                      and a.dtype == b.dtype and a.device == b.device):
+            return True
+        return a.shape == b.shape and a.device == b.device and bool(torch.equal(a, b))
+
+    return all(same(a, b) for a, b in zip(planned, batch))
 
 
 def simulate_tables(trace: Sequence[np.ndarray], num_slots: int, policy: str, *, num_rows: int,

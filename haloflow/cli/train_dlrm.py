@@ -41,12 +41,6 @@ def config_from_args(args: argparse.Namespace):
 
 def run(args: argparse.Namespace) -> int:
     config = config_from_args(args)  # checks the arguments before any process starts
-    if config.cache_ratio is not None and config.cache_policy == "lookahead" and (args.nproc or 1) > 1:
-        from haloflow.errors import ConfigError
-
-        raise ConfigError(f"--cache-policy lookahead reads the next batches' rows where the tables are looked up: "
-                          f"one process holding every table (--nproc {args.nproc} asked for more); expected "
-                          "--cache-policy lru, lfu or frequency with --nproc", field="cache_policy")
     return launch_or_train(args, config, "dlrm", None if config.plan is None else
                            lambda: (_plan_parts(config.plan), f"plan {config.plan}"),
                            hosted=not config.no_k_invariance)

@@ -105,9 +105,3 @@ def test_every_cache_policy_the_command_line_offers_trains(policy, tmp_path):
     records = [json.loads(line) for line in log.read_text().splitlines()]
     assert records[-1]["kind"] == "summary" and records[-1]["metrics"]["cache_hit_rate"] >= 0.0, records[-1]
 
-
-def test_lookahead_caching_asks_for_one_process(cli_fails):
-    """The trainer knows the next batches' rows only where it looks every table up itself: --nproc 2 is refused
-    before any rank starts, naming the policies that do run there."""
-    cli_fails(["train", "dlrm", "--synthetic", "--cache-ratio", "0.1", "--cache-policy", "lookahead", "--nproc", "2"],
-              "expected --cache-policy lru, lfu or frequency with --nproc")

@@ -10,6 +10,9 @@ the same synthetic Zipf batches (``haloflow.data.clicks``, batch 2,048) for ever
     1% cached    the same with ``--cache-ratio``: one ``CachedTables``, ceil(1 % of each table's rows) slots in
     5% cached    all on the device, every row in pinned host memory, its directory device tensors (LRU); the
                  next batch planned on a side stream between this batch's forward and its backward
+    1% cached, lookahead / 5% cached, lookahead
+                 the same under ``--cache-policy lookahead``: each batch announced 17 steps ahead, as the trainer
+                 reads them (Belady within the next 16 batches, a miss cached only when used sooner than its victim)
     params       DLRM's own EmbeddingTables: the tables as parameters on the device, SGD fused into their
                  backward (for context: it adds a row's gradient one occurrence at a time, so its weights differ
                  from the stores' by rounding)
@@ -53,6 +56,7 @@ from haloflow.partition.planner.planner import table_wise_plan
 NAME = "cache_gpu"
 LR = 0.1  # bench dlrm's SGD learning rate, tables and MLPs
 RATIOS = (0.01, 0.05)
+WINDOW = 16  # batches a lookahead cache sees ahead (``--cache-window``'s default)
 KAGGLE_ROWS = 33_762_577
 TINY_MAX_ROWS = 4_000
 UNCACHED, PARAMS = "uncached", "params"
@@ -86,10 +90,20 @@ class Contestant:
     step_ms: float = 0.0  # the last warm-up step, wall clock
     syncs: int | None = None  # device-to-host synchronisations seen in the timed steps (counted on CUDA only)
 
+    sequence: list[ClickBatch] = field(default_factory=list)  # every batch, in the order the contestant trains
+    told: int = 0  # batches of ``sequence`` announced to a lookahead cache
+    trained: int = 0  # steps taken
+
     def step(self, batch: ClickBatch, upcoming: ClickBatch | None) -> None:
         """One training step on ``batch``; ``upcoming`` (the next batch of the same round) is planned between the
-        forward and the backward, on a side stream, when the tables are cached."""
+        forward and the backward, on a side stream, when the tables are cached. A lookahead cache is told the
+        batches up to ``WINDOW`` + 1 ahead first, as the trainer tells it when it reads them."""
         if self.net is not None:
+            emb = self.net.embeddings
+            while emb.looks_ahead and self.told < min(self.trained + WINDOW + 2, len(self.sequence)):
+                emb.announce(self.sequence[self.told].sparse)
+                self.told += 1
+            self.trained += 1
             B = batch.batch_size
             nxt = upcoming if upcoming is not None and self.net.embeddings.can_prefetch else None
             losses = train_step(self.net, self.opt, batch, [B], [B], B, nxt, background=True)
@@ -121,7 +135,10 @@ def build(sizes: tuple[int, ...], dev: torch.device, seed: int) -> dict[str, Con
     plan = table_wise_plan(sizes, config.embedding_dim, 1)
     t0 = time.perf_counter()
     out = {}
-    for name, cache in ((UNCACHED, None), *((_cached(r), CacheConfig(ratio=r)) for r in RATIOS)):
+    caches = [(UNCACHED, None), *((_cached(r), CacheConfig(ratio=r)) for r in RATIOS),
+              *((_cached(r) + ", lookahead", CacheConfig(ratio=r, policy="lookahead", window=WINDOW, admit_all=False))
+                for r in RATIOS)]
+    for name, cache in caches:
         stores = ShardStores(optimizer=SGD(lr=LR), cache=cache, device=dev)
         net = parallelize_dlrm(config, plan, None, stores=stores, device=dev)
         net.embeddings.check_ids = False  # the generator's ids are in range
@@ -272,6 +289,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"[{NAME}] {len(batches)} batches of {B} drawn in {time.perf_counter() - t_start:.1f} s", flush=True)
     reset_peak_memory(dev)
     runs = build(sizes, dev, args.seed)
+    for c in runs.values():  # warm-up, then the rounds' slices: every contestant trains the batches in this order
+        c.sequence = batches
     warm = batches[:ns.warmup]
     warm_up(runs, warm, dev)
     print(f"[{NAME}] warm-up step ms: " + ", ".join(f"{c.name} {c.step_ms:.1f}" for c in runs.values()), flush=True)

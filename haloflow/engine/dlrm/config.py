@@ -56,7 +56,8 @@ class DLRMTrainConfig:
             of their planned size with or without it.
         cache_policy: "lru", "lfu", "frequency" (ranks rows by their count in the batches this run trains on)
             or "lookahead" (the trainer reads the next ``cache_window`` batches ahead and tells the cache their
-            rows: Belady within them, a miss cached only when used again sooner than its victim; one process).
+            rows: Belady within them, a miss cached only when used again sooner than its victim; every table table-
+            or column-wise, as the default plan).
         cache_window: batches ahead the lookahead policy sees (>= 1).
         runtime: device, timeout and output (``RuntimeConfig``; ``log_jsonl`` gets every JSON record).
     """
@@ -107,7 +108,7 @@ class DLRMTrainConfig:
         "caches either way")
     cache_policy: str = option("lru", choices=("lru", "lfu", "frequency", "lookahead"),
                                help="which rows stay cached (lookahead: Belady within the next --cache-window "
-                                    "batches, which the trainer reads ahead; one process only)")
+                                    "batches, which the trainer reads ahead; table- and column-wise shards)")
     cache_window: int = option(16, metavar="W", help="batches ahead the lookahead cache policy sees")
     runtime: RuntimeConfig = nested(lambda: RuntimeConfig(timeout_s=300.0), "running")
 

@@ -27,7 +27,9 @@ from __future__ import annotations
 import bisect
 from collections.abc import Callable, Sequence
 from dataclasses import fields
+from typing import NamedTuple
 
+import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
@@ -62,6 +64,14 @@ class CompletedHandle:
 
     def wait(self) -> Tensor:
         return self._value
+
+
+class LookupIds(NamedTuple):
+    """The bags a rank's tables look up for one batch, as its exchange delivers them (``ahead_ids``)."""
+
+    lengths: Tensor  # (n * B_global,) blocks (n, B_s) per source rank, in rank order
+    values: Tensor  # (nnz,) their ids
+    sizes: list[int]  # every rank's B_s
 
 
 class ShardedPooledHandle:
@@ -315,29 +325,70 @@ class ShardedEmbeddingCollection(nn.Module):
 
     @property
     def can_prefetch(self) -> bool:
-        """Whether ``prefetch`` does anything: one rank looking its own batch up, with cached tables."""
-        return self._local_in_order and isinstance(self._batch, CachedTables)
+        """Whether ``prefetch`` does anything: cached tables, and every shard of this rank table- or column-wise
+        with no replicas, so that the ids it will look up for a batch can be told from the global batch alone."""
+        return (isinstance(self._batch, CachedTables) and not self.layout.dp_tables
+                and all(s.sharding is not RW for s in self.slots))
 
-    def prefetch(self, sparse: JaggedBatch, *, background: bool = False) -> bool:
+    def ahead_ids(self, sparse: JaggedBatch, sizes: Sequence[int] | None = None) -> LookupIds:
+        """What this rank's tables will look up for a batch, told before its exchange: the bags' lengths and ids
+        as the exchange delivers them (blocks (n, B_s) per source rank s, in rank order).
+
+        ``sparse``: the global batch (every rank's samples, lengths (T, B)), ``sizes`` every rank's B_s; one
+        process that looks every table up in order needs only its own batch (it is the global one). Where the
+        ids cannot be told this way (``can_prefetch`` False) a ``ConfigError``."""
+        if not self.can_prefetch:
+            raise ConfigError("this rank's tables cannot be planned ahead: they are not cached, or a shard is "
+                              "row-wise or replicated (its ids are known only after the exchange)")
+        sizes = [sparse.batch_size] if sizes is None else [int(b) for b in sizes]
+        if len(sizes) != self.layout.world_size or sum(sizes) != sparse.batch_size:
+            raise ConfigError(f"ahead_ids: batch sizes {sizes} for a global batch of {sparse.batch_size} samples and "
+                              f"{self.layout.world_size} ranks; expected one size per rank, summing to the batch")
+        dev = self._rows.device
+        if self._local_in_order:
+            return LookupIds(sparse.lengths.reshape(-1).to(dev), sparse.values.to(dev), sizes)
+        lengths = sparse.lengths.cpu()  # (T, B) on the host: the cuts are host numbers
+        values = sparse.values.cpu()
+        offsets = sparse.feature_offsets().tolist()
+        cuts = np.cumsum([0, *sizes])
+        lens, vals = [], []
+        for lo, hi in zip(cuts[:-1], cuts[1:]):
+            for slot in self.slots:  # each source's block: its samples' bags of every slot of this rank
+                row = lengths[slot.table]
+                start = offsets[slot.table] + int(row[:lo].sum())
+                lens.append(row[lo:hi])
+                vals.append(values[start:start + int(row[lo:hi].sum())])
+        empty = torch.empty(0, dtype=torch.int64)
+        return LookupIds(torch.cat(lens or [empty]).to(dev), torch.cat(vals or [empty]).to(dev), sizes)
+
+    def prefetch(self, upcoming: LookupIds | JaggedBatch, *, background: bool = False) -> bool:
         """Plan the next batch's cache moves and carry them out now (``background``: in a thread) so that its
-        lookup finds its rows on the device. Done where the rank looks its own batch up (one rank, every table
-        in order) with cached tables; returns whether it was (else a no-op)."""
+        lookup finds its rows on the device. ``upcoming``: its ``ahead_ids`` (a ``JaggedBatch``: one process's
+        own batch). Returns whether it was planned (cached tables that ``can_prefetch``; else a no-op)."""
         if not self.can_prefetch:
             return False
-        self._batch.prefetch(sparse.values, sparse.lengths.reshape(-1), self._slots_of_bags([sparse.batch_size]),
-                             background=background)
+        ids = upcoming if isinstance(upcoming, LookupIds) else self.ahead_ids(upcoming)
+        self._batch.prefetch(ids.values, ids.lengths, self._slots_of_bags(ids.sizes), background=background)
         return True
+
+    def planned_ahead(self) -> dict[str, int]:
+        """This rank's cache's training plans so far, and how many of them were prefetched and announced."""
+        if isinstance(self._batch, CachedTables):
+            return dict(self._batch.ahead)
+        return {"plans": 0, "prefetched": 0, "announced": 0}
 
     @property
     def looks_ahead(self) -> bool:
         """Whether ``announce`` does anything: ``prefetch`` does, and the cache's policy is lookahead."""
         return self.can_prefetch and self._batch.policy == "lookahead"
 
-    def announce(self, sparse: JaggedBatch) -> None:
+    def announce(self, upcoming: LookupIds | JaggedBatch) -> None:
         """Tell a lookahead cache the rows of a batch to come (``CachedTables.announce``: in training order, from
-        the next batch looked up, at most its window + 1 ahead); a no-op without one."""
+        the next batch looked up, at most its window + 1 ahead); ``upcoming`` as ``prefetch``'s. A no-op
+        without a lookahead cache."""
         if self.looks_ahead:
-            self._batch.announce(sparse.values, sparse.lengths.reshape(-1), self._slots_of_bags([sparse.batch_size]))
+            ids = upcoming if isinstance(upcoming, LookupIds) else self.ahead_ids(upcoming)
+            self._batch.announce(ids.values, ids.lengths, self._slots_of_bags(ids.sizes))
 
     def _batch_sizes(self, local: int, given: Sequence[int] | None) -> list[int]:
         K = self.layout.world_size

@@ -36,6 +36,7 @@ from haloflow.engine.comm import all_gather_cat
 from haloflow.engine.dlrm.checkpoint import dense_state, load_dense_state, load_tables, table_pieces
 from haloflow.engine.dlrm.config import DLRMTrainConfig
 from haloflow.engine.dlrm.parallelize import DistributedDLRM, parallelize_dlrm
+from haloflow.engine.dlrm.sharded_embedding import LookupIds
 from haloflow.engine.logical import LogicalWorkers, rank_tree_sum, tree_sum
 from haloflow.engine.runtime import ParallelLayout, Runtime, TrainResult, to_device
 from haloflow.engine.trainer import Exported, RunInfo, run
@@ -209,8 +210,13 @@ def _cache_record(embeddings) -> dict:
     s = stats()
     if not s.lookups:
         return {}
-    return {"cache_hit_rate": s.hit_rate, "cache_bytes_to_device": s.bytes_to_device,
-            "cache_bytes_to_host": s.bytes_to_host}
+    out = {"cache_hit_rate": s.hit_rate, "cache_bytes_to_device": s.bytes_to_device,
+           "cache_bytes_to_host": s.bytes_to_host}
+    ahead = embeddings.planned_ahead() if hasattr(embeddings, "planned_ahead") else None
+    if ahead and ahead["plans"]:  # this rank's: what share of its plans were made ahead, and from announcements
+        out["cache_prefetched"] = ahead["prefetched"] / ahead["plans"]
+        out["cache_announced"] = ahead["announced"] / ahead["plans"]
+    return out
 
 
 def row_counts(data: _Data, steps: int) -> tuple[np.ndarray, ...]:
@@ -280,9 +286,9 @@ def build_dlrm(config: DLRMTrainConfig, data: _Data, layout: ParallelLayout, ste
                            stores=stores, dtype=dtype, k_invariant=not config.no_k_invariance)
     net.embeddings.check_ids = False  # the trainer checks each batch's ids on the host (``check_batch_ids``)
     if cache is not None and cache.policy == "lookahead" and not net.embeddings.looks_ahead:
-        raise ConfigError("cache policy 'lookahead' needs the rows of the batches to come where the tables are looked "
-                          f"up: one process holding every table, none replicated or split by rows (this run: K = "
-                          f"{layout.world_size}); expected --cache-policy lru, lfu or frequency here",
+        raise ConfigError("cache policy 'lookahead' needs the rows of the batches to come before their exchange: "
+                          "every table of the plan table- or column-wise, none replicated (data-parallel) or split "
+                          "by rows; expected --cache-policy lru, lfu or frequency with this plan",
                           field="cache_policy")
     return net
 
@@ -337,19 +343,20 @@ def mlp_optimizer(net: DistributedDLRM, optimizer: str, lr: float) -> torch.opti
 
 
 def train_step(net: DistributedDLRM, opt: torch.optim.Optimizer, mine: ClickBatch, sizes: list[int],
-               slices: list[int], batch_size: int, upcoming: ClickBatch | None = None,
+               slices: list[int], batch_size: int, upcoming: LookupIds | ClickBatch | None = None,
                background: bool = False) -> torch.Tensor:
     """One training step on this rank's slice of a global batch: forward, backward, the gradient syncs and both
     optimizers (the tables' fused into their stores, ``opt`` the MLPs'). Returns the slices' losses (V/K,), on
     the device: nothing here reads a device value (at K = 1; K ranks' exchanges need their sizes on the host).
 
-    ``upcoming``: this rank's slice of the next batch, whose cache moves are planned and carried out after the
-    forward (``background``: while the backward runs), so that its lookup finds its rows cached."""
+    ``upcoming``: what this rank's tables look up for the next batch (``ahead_ids``; one process: its batch),
+    whose cache moves are planned and carried out after the forward (``background``: while the backward runs), so
+    that its lookup finds its rows cached."""
     opt.zero_grad(set_to_none=True)
     net.stats.reset()
     logits = net(mine.dense, mine.sparse, sizes, slices)  # (B_r,)
     if upcoming is not None:
-        net.embeddings.prefetch(upcoming.sparse, background=background)
+        net.embeddings.prefetch(upcoming if isinstance(upcoming, LookupIds) else upcoming.sparse, background=background)
     losses = slice_losses(logits, mine.labels, slices, batch_size)  # (V/K,)
     losses.sum().backward()  # each sample's gradient is (p - y) / B whatever the slices
     net.finish_step()  # gradient sync; the row stores' fused update
@@ -419,7 +426,7 @@ class DLRMFamily:
         # it as it is read
         emb = self.net.embeddings
         self._depth = (self.config.cache_window + 2 if emb.looks_ahead else 2) if emb.can_prefetch else 1
-        self._ahead: collections.deque[tuple[ClickBatch, ClickBatch, list[int]]] = collections.deque()
+        self._ahead: collections.deque[tuple[ClickBatch, ClickBatch, list[int], LookupIds | None]] = collections.deque()
         self._read_to = done  # steps whose batch has been read
 
     def _stream(self, done: int) -> Iterator[ClickBatch]:
@@ -437,10 +444,13 @@ class DLRMFamily:
             batch = next(self.stream)
             check_batch_ids(batch, self.data.table_sizes, f"training batch {self._read_to + 1}")
             mine, sizes = _local(batch, self.rt.layout, self.dtype, self.workers)
-            self.net.embeddings.announce(mine.sparse)
-            self._ahead.append((batch, mine, sizes))
+            emb, ids = self.net.embeddings, None
+            if emb.can_prefetch:  # what this rank's tables will look up for it: every rank reads the global batch
+                ids = emb.ahead_ids(mine.sparse if len(sizes) == 1 else batch.sparse, sizes)
+                emb.announce(ids)
+            self._ahead.append((batch, mine, sizes, ids))
             self._read_to += 1
-        return self._ahead.popleft()
+        return self._ahead.popleft()[:3]
 
     def train_unit(self, index: int) -> StepLog:
         cfg, lay, net = self.config, self.rt.layout, self.net
@@ -450,7 +460,7 @@ class DLRMFamily:
             self.devices["batches"] = {t.device.type for t in (mine.dense, mine.sparse.values, mine.labels)}
         upcoming = None
         if net.embeddings.can_prefetch and self._ahead:  # the next batch's rows move in meanwhile
-            upcoming = self._ahead[0][1]
+            upcoming = self._ahead[0][3]
         # in the background on a GPU (a side stream); on the CPU in line: a thread beside the step's own two
         # was slower on 2 cores (0.070-0.083 s a step against 0.066-0.069, batch 2,048, 5 % cached)
         losses = train_step(net, self.opt, mine, sizes, slices, batch.batch_size, upcoming,

@@ -42,7 +42,7 @@ def test_the_script_runs_every_part_at_tiny_sizes_on_a_cpu(tmp_path):
     # the comparisons that make each part mean something held in the dry run too
     assert all(g["same_math"] for g in results["gcn_gpu"]["graphs"])
     assert all(r["same"] for r in results["train_parity"]["runs"].values())
-    for name in ("1% cached", "5% cached"):
+    for name in ("1% cached", "5% cached", "1% cached, lookahead", "5% cached, lookahead"):
         assert results["cache_gpu"]["configs"][name]["identical"] is True
     assert results["tgn_gpu"]["checks"]["same_math"] is True and results["tgn_gpu"]["checks"]["same_events"] is True
     for side in ("haloflow", "pyg"):

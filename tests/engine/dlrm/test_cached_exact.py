@@ -74,16 +74,22 @@ def _cli(tmp, name: str, k: int, *args: str) -> dict:
     assert proc.returncode == 0, proc.stderr[-3000:]
     records = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
     return {"losses": [r["loss"] for r in records if r.get("kind") == "train"],
-            "digest": open_checkpoint(newest(out / "ck")).digest()}
+            "digest": open_checkpoint(newest(out / "ck")).digest(),
+            "summary": next(r for r in records if r.get("kind") == "summary")["metrics"]}
 
 
 @pytest.mark.slow
 def test_two_ranks_cached_equal_one_process_uncached(tmp_path):
-    """Each rank's tables in its own cache (V = 4 logical workers on 2 ranks), against every row in memory in
-    one process: every loss and the final checkpoint's digest (rows and optimizer state, in global terms).
-    Row-wise Adagrad: its per-row accumulator makes a lost or doubled update show in every column."""
+    """Each rank's tables in its own cache (V = 4 logical workers on 2 ranks), lookahead, each next batch
+    prefetched, against every row in memory in one process: every loss and the final checkpoint's digest (rows
+    and optimizer state, in global terms). Row-wise Adagrad: its per-row accumulator makes a lost or doubled
+    update show in every column. Each rank tells its cache, from the global batch, the ids the exchange will
+    bring it: every plan but the first was made ahead and from an announcement (the received ids matched)."""
     args = ("--optimizer", "rowwise_adagrad", "--lr", "0.01")
     one = _cli(tmp_path, "one", 1, *args)
-    two = _cli(tmp_path, "two", 2, *args, "--cache-ratio", "0.01")
+    two = _cli(tmp_path, "two", 2, *args, "--cache-ratio", "0.01", "--cache-policy", "lookahead",
+               "--cache-window", "4")
     assert len(one["losses"]) == 32 and two["losses"] == one["losses"]
     assert two["digest"] == one["digest"]
+    metrics = two["summary"]
+    assert metrics["cache_prefetched"] == 31 / 32 and metrics["cache_announced"] == 1.0, metrics
