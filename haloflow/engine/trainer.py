@@ -219,7 +219,8 @@ def _loop(family: Family, rt: Runtime, ckpt, done: int, total: int, attempt: int
             at = index + 1
             ckpt.maybe_fail(index + 1)
             metrics = family.train_unit(index)
-            rt.between_units()  # the thread count follows the free cores (unless --fixed-threads)
+            if getattr(family, "adapts_threads", True):
+                rt.between_units()  # the thread count follows the free cores (unless --fixed-threads)
             record = metrics.record()
             if record is not None:  # which attempt wrote it, and the units done then (a restart keeps those
                 rt.metrics.write({**record, "attempt": attempt, "units_done": index + 1})  # its checkpoint holds)

@@ -229,6 +229,13 @@ class GCNFamily:
     partition of one part per rank). ``logical_workers`` (V, after ``setup``): the partition's parts.
     """
 
+    # The thread count stays as it started, whatever the load (the governor is not consulted): the first layer's
+    # weight gradient, X^T G with a short inner dimension (the nodes of a small graph), rounds by MKL's thread
+    # count even in its strict reproducible mode (a (120 x 8)^T (120 x 16) product differed at 1 and 2 threads,
+    # 2026-12-07), so a change mid-run changed a run's bits under load (two identical runs beside two busy
+    # processes: 1 pair in 6 differed; with fixed threads 0 in 6).
+    adapts_threads = False
+
     kind, unit, more_flag = "gcn", "epoch", "--epochs"
 
     def __init__(self, config: GCNTrainConfig, *, dataset: GraphDataset | None = None,
