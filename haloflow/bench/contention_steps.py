@@ -61,11 +61,13 @@ def build_step(family: str, side: str, sizes: Sizes, seed: int = 0) -> Step:
     if side == "peer":
         return _PEERS[family](sizes, seed)
     runtime = RuntimeConfig(device="cpu", progress=False, adapt_threads=side != "fixed")
-    step, rt, _ = _HALOFLOW[family](sizes, seed, runtime)
+    step, rt, fam = _HALOFLOW[family](sizes, seed, runtime)
+    adapts = getattr(fam, "adapts_threads", True)  # as the training loop (engine/trainer.run): GCN keeps its threads
 
     def unit():
         step()
-        rt.between_units()
+        if adapts:
+            rt.between_units()
 
     return unit
 
