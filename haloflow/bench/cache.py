@@ -304,12 +304,11 @@ def dlrm_throughput(max_rows: int, steps: int, batch: int, rounds: int, seed: in
         net.embeddings.check_ids = False  # the generator's ids are in range (the trainer checks on the host)
         runs[name] = (net, mlp_optimizer(net, "adagrad", 0.01))
     told = dict.fromkeys(runs, 0)
+    sparse = [b.sparse for b in batches]
 
     def step(name, i):
         net, opt = runs[name]
-        while net.embeddings.looks_ahead and told[name] <= min(i + window + 1, len(batches) - 1):
-            net.embeddings.announce(batches[told[name]].sparse)  # as the trainer reads its batches ahead
-            told[name] += 1
+        told[name] = net.embeddings.announce_through(sparse, told[name], i)  # as the trainer reads ahead
         b, nxt = batches[i], batches[i + 1]
         train_step(net, opt, b, [batch], [batch], batch, nxt if net.embeddings.can_prefetch else None)
 

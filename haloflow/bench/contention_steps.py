@@ -62,7 +62,7 @@ def build_step(family: str, side: str, sizes: Sizes, seed: int = 0) -> Step:
         return _PEERS[family](sizes, seed)
     runtime = RuntimeConfig(device="cpu", progress=False, adapt_threads=side != "fixed")
     step, rt, fam = _HALOFLOW[family](sizes, seed, runtime)
-    adapts = getattr(fam, "adapts_threads", True)  # as the training loop (engine/trainer.run): GCN keeps its threads
+    adapts = fam.adapts_threads  # as the training loop (engine/trainer.run): GCN keeps its threads
 
     def unit():
         step()

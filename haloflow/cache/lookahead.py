@@ -36,12 +36,11 @@ import numpy as np
 
 from haloflow.cache.types import CachePolicy
 from haloflow.errors import ConfigError
+from haloflow.kernels.cache_plan import FREQ_CAP, MAX_AHEAD  # the device directory's score: the same constants
 
 __all__ = ["LookaheadPolicy"]
 
 _NEVER = np.iinfo(np.int64).max
-_FREQ_CAP = (1 << 36) - 1  # frequency fills the low 36 bits of a score
-_MAX_WINDOW = 1 << 16  # 2^56 - W * 2^36 stays above every frequency score
 
 
 class LookaheadPolicy(CachePolicy):
@@ -57,15 +56,15 @@ class LookaheadPolicy(CachePolicy):
     name = "lookahead"
 
     def __init__(self, window: int, *, histogram: np.ndarray | None = None, admit_all: bool = False) -> None:
-        if not 1 <= window <= _MAX_WINDOW:
-            raise ConfigError(f"LookaheadPolicy.window must be in 1..{_MAX_WINDOW} batches, got {window}",
+        if not 1 <= window <= MAX_AHEAD:
+            raise ConfigError(f"LookaheadPolicy.window must be in 1..{MAX_AHEAD} batches, got {window}",
                               field="window")
         if histogram is not None:
             histogram = np.asarray(histogram)
             if histogram.ndim != 1 or (histogram.size and histogram.min() < 0):
                 raise ConfigError("LookaheadPolicy.histogram must be a 1-D array of counts >= 0, got shape "
                                   f"{histogram.shape}", field="histogram")
-            histogram = np.minimum(histogram.astype(np.int64), _FREQ_CAP)
+            histogram = np.minimum(histogram.astype(np.int64), FREQ_CAP)
         self.window, self.admit_all = window, admit_all
         self._hist = histogram
         self._count = np.empty(0, dtype=np.int64)
@@ -109,10 +108,10 @@ class LookaheadPolicy(CachePolicy):
         self._next[due] = _NEVER
 
     def scores(self, ids: np.ndarray) -> np.ndarray:
-        freq = self._hist[ids] if self._hist is not None else np.minimum(self._count[ids], _FREQ_CAP)
+        freq = self._hist[ids] if self._hist is not None else np.minimum(self._count[ids], FREQ_CAP)
         nxt = self._next[ids]
         ahead = (nxt > self._clock) & (nxt != _NEVER)
-        d = np.where(ahead, np.minimum(nxt - self._clock, _MAX_WINDOW), 0)  # announced further: as far as W
+        d = np.where(ahead, np.minimum(nxt - self._clock, MAX_AHEAD), 0)  # announced further: as far as W
         return np.where(ahead, (1 << 56) - (d << 36) + freq, freq)
 
     def warm_start(self, num_slots: int) -> np.ndarray:

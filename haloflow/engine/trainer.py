@@ -99,12 +99,15 @@ class Family(Protocol):
     unit: "epoch", "step" or "batch": what ``train_unit`` trains.
     more_flag: the flag that trains more units ("--epochs"), named when a checkpoint leaves nothing to train.
     join: whether the run joins torchrun's group (False: this process alone, e.g. GCN on a whole data set).
+    adapts_threads: whether the thread count may follow the free cores between units (False: it stays as it
+        started, for a family whose results round by the thread count).
     """
 
     kind: str
     unit: str
     more_flag: str
     join: bool
+    adapts_threads: bool
 
     def setup(self, rt: Runtime) -> None:
         """Build data, model and optimizer on ``rt`` (its layout, device and group); every rank together."""
@@ -219,7 +222,7 @@ def _loop(family: Family, rt: Runtime, ckpt, done: int, total: int, attempt: int
             at = index + 1
             ckpt.maybe_fail(index + 1)
             metrics = family.train_unit(index)
-            if getattr(family, "adapts_threads", True):
+            if family.adapts_threads:
                 rt.between_units()  # the thread count follows the free cores (unless --fixed-threads)
             record = metrics.record()
             if record is not None:  # which attempt wrote it, and the units done then (a restart keeps those

@@ -57,8 +57,8 @@ __all__ = ["cache_plan", "cache_announce", "POLICY_CODES", "NEVER", "lookahead_s
 
 POLICY_CODES = {"lru": 0, "lfu": 1, "frequency": 2, "lookahead": 3, "lookahead-counts": 4}  # 4: no histogram
 NEVER = int(torch.iinfo(torch.int64).max)  # the key of a slot that must not be evicted; a row's "no next use"
-FREQ_CAP = (1 << 36) - 1
-MAX_AHEAD = 1 << 16
+FREQ_CAP = (1 << 36) - 1  # a score's frequency fills its low 36 bits (here and in cache.lookahead's host policy)
+MAX_AHEAD = 1 << 16  # batches ahead a score tells apart: 2^56 - MAX_AHEAD * 2^36 stays above every frequency
 
 
 def lookahead_score(next_use: Tensor, freq: Tensor, now: int) -> Tensor:

@@ -41,6 +41,7 @@ class ToyResult(TrainResult):
 
 class ToyFamily:
     kind, unit, more_flag, join = "toy", "step", "--units", False
+    adapts_threads = True
 
     def __init__(self, units: int, width: int = 4, lr: float = 0.1):
         self.units, self.width, self.lr = units, width, lr

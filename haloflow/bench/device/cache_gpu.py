@@ -100,9 +100,7 @@ class Contestant:
         batches up to ``WINDOW`` + 1 ahead first, as the trainer tells it when it reads them."""
         if self.net is not None:
             emb = self.net.embeddings
-            while emb.looks_ahead and self.told < min(self.trained + WINDOW + 2, len(self.sequence)):
-                emb.announce(self.sequence[self.told].sparse)
-                self.told += 1
+            self.told = emb.announce_through([b.sparse for b in self.sequence], self.told, self.trained)
             self.trained += 1
             B = batch.batch_size
             nxt = upcoming if upcoming is not None and self.net.embeddings.can_prefetch else None

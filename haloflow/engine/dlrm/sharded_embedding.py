@@ -390,6 +390,17 @@ class ShardedEmbeddingCollection(nn.Module):
             ids = upcoming if isinstance(upcoming, LookupIds) else self.ahead_ids(upcoming)
             self._batch.announce(ids.values, ids.lengths, self._slots_of_bags(ids.sizes))
 
+    def announce_through(self, batches: Sequence[JaggedBatch], told: int, step: int) -> int:
+        """Announce ``batches[told:]`` as far as the window reaches from ``batches[step]``, the batch about to
+        train (its index + window + 1), as the trainer announces the batches it reads ahead. Returns how many of
+        ``batches`` are announced now (``told`` without a lookahead cache)."""
+        if not self.looks_ahead:
+            return told
+        last = min(step + self._batch.window + 1, len(batches) - 1)
+        for b in batches[told:last + 1]:
+            self.announce(b)
+        return max(told, last + 1)
+
     def _batch_sizes(self, local: int, given: Sequence[int] | None) -> list[int]:
         K = self.layout.world_size
         if given is not None:

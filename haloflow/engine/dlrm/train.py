@@ -36,7 +36,7 @@ from haloflow.engine.comm import all_gather_cat
 from haloflow.engine.dlrm.checkpoint import dense_state, load_dense_state, load_tables, table_pieces
 from haloflow.engine.dlrm.config import DLRMTrainConfig
 from haloflow.engine.dlrm.parallelize import DistributedDLRM, parallelize_dlrm
-from haloflow.engine.dlrm.sharded_embedding import LookupIds
+from haloflow.engine.dlrm.sharded_embedding import LookupIds, ShardedEmbeddingCollection
 from haloflow.engine.logical import LogicalWorkers, rank_tree_sum, tree_sum
 from haloflow.engine.runtime import ParallelLayout, Runtime, TrainResult, to_device
 from haloflow.engine.trainer import Exported, RunInfo, run
@@ -202,18 +202,15 @@ class _Data:
 
 
 
-def _cache_record(embeddings) -> dict:
+def _cache_record(embeddings: ShardedEmbeddingCollection) -> dict:
     """Hit rate and bytes of the tables' caches so far (nothing without a cache)."""
-    stats = getattr(embeddings, "cache_stats", None)
-    if stats is None:
-        return {}
-    s = stats()
+    s = embeddings.cache_stats()
     if not s.lookups:
         return {}
     out = {"cache_hit_rate": s.hit_rate, "cache_bytes_to_device": s.bytes_to_device,
            "cache_bytes_to_host": s.bytes_to_host}
-    ahead = embeddings.planned_ahead() if hasattr(embeddings, "planned_ahead") else None
-    if ahead and ahead["plans"]:  # this rank's: what share of its plans were made ahead, and from announcements
+    ahead = embeddings.planned_ahead()
+    if ahead["plans"]:  # this rank's: what share of its plans were made ahead, and from announcements
         out["cache_prefetched"] = ahead["prefetched"] / ahead["plans"]
         out["cache_announced"] = ahead["announced"] / ahead["plans"]
     return out
@@ -368,6 +365,7 @@ class DLRMFamily:
     """DLRM for ``engine/trainer.run``: one unit is one global batch."""
 
     kind, unit, more_flag, join = "dlrm", "step", "--max-steps", True
+    adapts_threads = True  # its K-rank results hold at any thread count (tests/engine/test_thread_count_exact.py)
 
     def __init__(self, config: DLRMTrainConfig):
         self.config = config

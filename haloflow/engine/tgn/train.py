@@ -111,6 +111,7 @@ class TGNFamily:
     empty memory. Every rank walks the same global batches and trains its logical workers' slices of each."""
 
     kind, unit, more_flag, join = "tgn", "batch", "--epochs", True
+    adapts_threads = True  # its K-rank results hold at any thread count (tests/engine/test_thread_count_exact.py)
 
     def __init__(self, config: TGNTrainConfig, *, events: TemporalEvents | None = None):
         self.config, self._events = config, events

@@ -110,3 +110,23 @@ def test_the_counter_catches_a_loss_read_back():
     """Control: an ``.item()`` on the loss inside the counted region is seen."""
     counter = _count_step(26, "sgd", read_loss=True)
     assert counter.syncs == ["_local_scalar_dense"]
+
+
+@pytest.mark.parametrize("cache", ["lru", "lookahead"])
+def test_announce_through_tells_a_lookahead_cache_window_plus_one_ahead(cache):
+    """``announce_through`` as the trainer's read-ahead: before the step on batch i, batches up to i + W + 1 (here
+    W = 2) are announced once each; without a lookahead cache nothing is."""
+    sizes = (40, 43, 46)
+    config = DLRMConfig(table_sizes=sizes, bottom_mlp=(32, 16), top_mlp=(32,))
+    stores = ShardStores(optimizer=make_optimizer({"name": "sgd", "lr": 0.05}),
+                         cache=CacheConfig(ratio=0.3, policy=cache, window=2))
+    net = parallelize_dlrm(config, table_wise_plan(sizes, 16, 1), None, stores=stores)
+    batches = [_batch(3, sizes, step) for step in range(7)]
+    sparse = [b.sparse for b in batches]
+    emb, opt, told = net.embeddings, mlp_optimizer(net, "sgd", 0.05), 0
+    for i in range(6):
+        told = emb.announce_through(sparse, told, i)
+        assert told == (min(i + 4, 7) if cache == "lookahead" else 0)
+        assert emb.announce_through(sparse, told, i) == told  # nothing new before the same step
+        train_step(net, opt, batches[i], [B], [B], B)
+    assert emb.planned_ahead()["announced"] == (6 if cache == "lookahead" else 0)
