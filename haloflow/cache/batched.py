@@ -33,6 +33,7 @@ from haloflow.cache.memory import check_state_dict
 from haloflow.cache.optim import apply_rows
 from haloflow.cache.types import RowOptimizer
 from haloflow.errors import ConfigError
+from haloflow.kernels.unique import padded_unique as _padded_unique
 
 __all__ = ["BatchedTables", "TableRows", "padded_unique", "pooled_sum"]
 
@@ -94,18 +95,11 @@ def padded_unique(x: Tensor, pad: int) -> tuple[Tensor, Tensor]:
     """The distinct values of ``x`` (n,) ascending, then ``pad`` to length n, and each entry's position in it.
 
     ``uniq[inverse] == x``. No output size depends on the data (``torch.unique`` trims to the distinct count,
-    which a GPU must send to the host first). ``pad`` must be larger than every value.
+    which a GPU must send to the host first). Every value must be in 0 .. ``pad`` (``kernels.unique``: one op).
 
     Shapes: x int64 (n,) -> uniq (n,), inverse (n,)
     """
-    n = x.numel()
-    srt, order = torch.sort(x, stable=True)  # (n,)
-    first = torch.ones_like(srt, dtype=torch.bool)
-    torch.ne(srt[1:], srt[:-1], out=first[1:])  # a run of equal values starts here
-    run = torch.cumsum(first, 0).sub_(1)  # (n,) position of each sorted value among the distinct ones
-    uniq = torch.full((n,), pad, dtype=x.dtype, device=x.device).scatter_(0, run, srt)  # equal values per run
-    inverse = torch.empty_like(run).scatter_(0, order, run)
-    return uniq, inverse
+    return _padded_unique(x, pad)
 
 
 class BatchedTables:

@@ -20,6 +20,8 @@ One plan per batch (``padded_unique``'s u = nnz distinct rows, padded with row R
               it scores above it); the rest overflow: read from, and updated in, the backing rows
     moves   = dirty victims written back, admitted rows loaded: every index padded (to slot S / row R), so each
               move is one indexed copy of u rows whatever the data
+    rows    = read from the slot where it holds the row, else from the backing rows (``haloflow::cache_gather``);
+              updated rows written to their slot or backing row (``haloflow::cache_scatter``)
 
 Nothing in a plan or a step reads a device value on the host (the counts stay device tensors: ``stats()``
 reads them). Why a dense row -> slot map, not FBGEMM's set-associative one: measured on this project's 2-core
@@ -47,6 +49,7 @@ from haloflow.cache.types import CacheStats, RowOptimizer
 from haloflow.cache.policy import DEFAULT_WINDOW
 from haloflow.errors import ConfigError
 from haloflow.kernels.cache_plan import NEVER, POLICY_CODES, cache_announce, cache_plan
+from haloflow.kernels.cache_rows import cache_gather, cache_scatter
 
 __all__ = ["CachedTables", "DEVICE_POLICIES"]
 
@@ -135,7 +138,6 @@ class CachedTables(BatchedTables):
         self.slot_next = (torch.full((S + 1,), NEVER, dtype=torch.int64, device=dev) if policy == "lookahead"
                           else empty)
         self.row_offsets = self.row_offsets.to(dev)
-        self._R = torch.tensor(R, dtype=torch.int64, device=dev)  # a device scalar: one op fewer in torch.where
         self.clock = 0  # plans made (a host counter: no device value is read for it)
         self._hand = 0  # where the next plan's window of candidate victims starts
         self._pending_rows: list[tuple] = []  # (uniq, slot, fresh, cached, rows, plan clock) of lookups not yet
@@ -317,10 +319,8 @@ class CachedTables(BatchedTables):
         # a row's values are in its slot unless it was admitted and no update has written it there yet (read
         # now, not at the plan: a prefetch plans before the batch before it is updated)
         fresh = hit & ~self.pending.index_select(0, slot)
-        w = self.slots["weight"].index_select(0, slot)  # (u, D) the rows in slots (the pad slot elsewhere)
-        host = self.backing["weight"]
-        over = host.index_select(0, torch.where(fresh, self._R, uniq).to(host.device)).to(dev)  # the others
-        rows = torch.where(fresh.unsqueeze(1), w, over).requires_grad_(train)  # (u, D) leaf
+        rows = cache_gather(self.slots["weight"], self.backing["weight"], slot, uniq, fresh)  # (u, D)
+        rows.requires_grad_(train)  # a leaf: the rows' gradients sum here
         if train:
             self._pending_rows.append((uniq, slot, fresh, cached, rows, planned_at))
         offsets = torch.zeros(lengths.numel() + 1, dtype=torch.int64, device=dev)
@@ -330,26 +330,19 @@ class CachedTables(BatchedTables):
     def step(self) -> None:
         """The row optimizer on every pending lookup's rows, read where they are (slot or backing rows), written
         where they belong: a cached row (hit or just admitted) into its slot, marked dirty; an overflow row
-        into the backing rows. One update of the u rows, written to both places (padded)."""
+        into the backing rows. One update of the u rows; ``kernels.cache_rows`` reads and writes them (one op
+        per array each way)."""
         pending, self._pending_rows = self._pending_rows, []
-        R = self._R
         for uniq, slot, fresh, cached, rows, _ in pending:
             if rows.grad is None:
                 continue
-            where_read = torch.where(fresh, R, uniq)
-            state = {}
-            for k, a in self.slots.items():
-                if k != "weight":
-                    here = a.index_select(0, slot)
-                    there = self.backing[k].index_select(0, where_read.to(a.device)).to(self.device)
-                    state[k] = torch.where(fresh.view(-1, *([1] * (here.dim() - 1))), here, there)
+            state = {k: cache_gather(a, self.backing[k], slot, uniq, fresh) for k, a in self.slots.items()
+                     if k != "weight"}
             weight = rows.detach()  # (u, D) read at the lookup; no longer needed by autograd: updated in place
             self.optimizer.update(weight, state, rows.grad)
             state["weight"] = weight
-            back = torch.where(cached, R, uniq)
             for k, a in self.slots.items():
-                a.index_copy_(0, slot, state[k])
-                self.backing[k].index_copy_(0, back.to(self.backing[k].device), state[k].to(self.backing[k].device))
+                cache_scatter(a, self.backing[k], state[k], slot, uniq, cached)
             self.dirty.index_fill_(0, slot, True)
             self.pending.index_fill_(0, slot, False)
 

@@ -16,6 +16,8 @@ CPU body and a GPU body registered beside it. The models call these ops and read
     keyed_uniform      int64 splitmix64 torch ops           numba                  -             table op
     cache_plan         gathers, stable sort, indexed writes numba, one pass        stock         haloflow::cache_plan
       cache_announce   indexed writes into a ring           numba                  stock         haloflow::cache_announce
+      cache_gather     two index_select, where              numba row copies       stock         haloflow::cache_gather
+      cache_scatter    two index_copy_                      numba row copies       stock         haloflow::cache_scatter
     (each ``haloflow::<op>`` has a ``<op>_backward`` op beside it, with the same bodies)
 
 A custom op (``torch.library.custom_op``) lets torch pick the body by the inputs' device and carries its own

@@ -208,8 +208,10 @@ def _plan(uniq, id_slot, slot_id, last_use, dirty, pending, score, next_use, slo
         order = order[np.argsort(ms, kind="mergesort")]
     keys = np.empty(C, np.int64)
     wslots = np.empty(C, np.int64)
-    for j in range(C):
-        w = (j + hand) % S
+    w = hand % S
+    for j in range(C):  # slots hand, hand + 1, ... round the cache (C <= S)
+        if w == S:
+            w = 0
         wslots[j] = w
         if last_use[w] >= pinned_from:
             keys[j] = NEVER
@@ -219,12 +221,13 @@ def _plan(uniq, id_slot, slot_id, last_use, dirty, pending, score, next_use, slo
             keys[j] = -2
         else:
             keys[j] = _score(w, slot_score, slot_next, now, policy)
+        w += 1
     k = min(u, C)
     m = min(nm, k)  # only the first m victims can be taken
     if m == 0:
         return 0
     if m < C:  # the m coldest by (key, position): a partition, then a stable sort of those
-        thr = np.partition(keys.copy(), m - 1)[m - 1]
+        thr = np.partition(keys, m - 1)[m - 1]  # (a partitioned copy)
         sel = np.empty(m, np.int64)
         a = 0
         for j in range(C):
@@ -289,10 +292,17 @@ def cpu(uniq: Tensor, id_slot: Tensor, slot_id: Tensor, last_use: Tensor, dirty:
               *(t.numpy() if t.numel() else empty for t in (score, next_use, slot_score, slot_next)),
               ring.numpy() if ring.numel() else empty, counts.numpy(), hand, num_candidates, clock, pinned_from,
               now, policy, admit_all, admit_misses, slot.numpy(), hit.numpy(), cached.numpy(), src, dst)
-    if n:
-        for s, b in zip(slots, backing):  # the dirty victims' rows, copied back
-            b.numpy()[dst[:n]] = s.numpy()[src[:n]]
+    for s, b in zip(slots, backing):  # the dirty victims' rows, copied back
+        if n:
+            _copy_rows(s.numpy().reshape(s.shape[0], -1), src, b.numpy().reshape(b.shape[0], -1), dst, n)
     return slot, hit, cached
+
+
+@njit(cache=True)
+def _copy_rows(src, src_rows, dst, dst_rows, n):  # pragma: no cover - compiled
+    for i in range(n):
+        for d in range(src.shape[1]):
+            dst[dst_rows[i], d] = src[src_rows[i], d]
 
 
 _MUTATED = ("id_slot", "slot_id", "last_use", "dirty", "pending", "score", "next_use", "slot_score", "slot_next",

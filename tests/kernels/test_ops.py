@@ -258,6 +258,43 @@ def run_announce(body, args):
     return [args[1][:-1], args[2][:R], args[3][:R], args[4][:R], args[6][:S]]
 
 
+def rows_inputs(dtype, seed=55):
+    """A cache's slots (S = 10) and backing rows (R = 50, width 4) and a batch of 9 distinct rows padded with R: 5
+    in slots (4 of them fresh), 4 not; ``cache_gather``'s arguments."""
+    g = _gen(seed)
+    S, R, u = 10, 50, 12
+    uniq = torch.cat([torch.sort(torch.randperm(R, generator=g)[:9]).values, torch.full((u - 9,), R)])
+    slot = torch.full((u,), S)
+    slot[:5] = torch.randperm(S, generator=g)[:5]
+    fresh = torch.zeros(u, dtype=torch.bool)
+    fresh[:4] = True
+    return (torch.randn(S + 1, 4, generator=g, dtype=dtype), torch.randn(R + 1, 4, generator=g, dtype=dtype),
+            slot, uniq, fresh)
+
+
+def scatter_inputs(dtype):
+    """``rows_inputs``' cache and batch, updated values of its rows, and which of them go to slots (the 5 in
+    slots): ``cache_scatter``'s arguments."""
+    slots, backing, slot, uniq, fresh = rows_inputs(dtype)
+    values = torch.randn(uniq.shape[0], 4, generator=_gen(56), dtype=dtype)
+    return (slots, backing, values, slot, uniq, slot < slots.shape[0] - 1)
+
+
+def run_scatter(body, args):
+    """A scatter on copies: the real slots and backing rows (the pads hold whatever the padded writes left)."""
+    slots, backing, *rest = args
+    slots, backing = slots.clone(), backing.clone()
+    body(slots, backing, *rest)
+    return [slots[:-1], backing[:-1]]
+
+
+def unique_inputs(dtype):
+    """A batch's rows (n = 40, many repeated, two equal to the pad) and the pad: ``padded_unique``'s arguments."""
+    x = torch.randint(0, 12, (40,), generator=_gen(57))
+    x[[3, 17]] = 12
+    return (x, 12)
+
+
 def uniform_inputs(dtype):
     return (0x1234_5678_9ABC_DEF0, (3, 40), (1, 17), 0.25)
 
@@ -308,6 +345,9 @@ CASES = [
     Case("keyed_uniform", uniform_inputs),
     Case("cache_plan", plan_inputs, run=run_plan),
     Case("cache_announce", announce_inputs, run=run_announce),
+    Case("cache_gather", rows_inputs),
+    Case("padded_unique", unique_inputs),
+    Case("cache_scatter", scatter_inputs, run=run_scatter),
 ]
 BY_NAME = {c.op: c for c in CASES}
 

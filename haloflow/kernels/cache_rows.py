@@ -1,0 +1,130 @@
+"""A cache's rows read from and written to where they are: ``haloflow::cache_gather`` and ``haloflow::cache_scatter``
+(``cache/batched_cache.py``, after ``haloflow::cache_plan`` decided each row's slot).
+
+``slots`` (S + 1, ...) are the device's rows, ``backing`` (R + 1, ...) every row (host memory); slot S and row R
+are the pads. For a batch's distinct rows ``uniq`` (u,) padded with R, their slots ``slot`` (S: none)::
+
+    gather   out[i] = slots[slot[i]]  if fresh[i]  else  backing[uniq[i]]       (u, ...)
+    scatter  slots[slot[i]] = values[i];  backing[uniq[i] if not cached[i] else R] = values[i]
+
+``fresh``: the slot holds the row's values (a hit not waiting for its first write); ``cached``: the row's update
+goes to its slot (a hit or an admission), the others' to the backing rows. The stock formula gathers (or
+writes) both places for every row and picks with ``where`` (padded: every shape fixed by u); the CPU body
+(numba) touches each row once, where it is, and leaves the pads alone. The real rows and slots hold the same
+bits after either (the pads hold whatever the padded writes left, which nothing reads).
+
+Measured on the 2-core AMD VM (2026-12-07, u = 3,328, D = 64, float32): the stock gather (two ``index_select``
+and a ``where``) and scatter (two ``index_copy_`` and a ``where``) were 2 x 3 passes over (u, D) a step for the
+weight and again for each optimizer state; see the module docstring of ``cache/batched_cache.py`` for the step.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from numba import njit
+from torch import Tensor
+
+from haloflow.kernels._registry import Op, call, register
+
+__all__ = ["cache_gather", "cache_scatter"]
+
+
+def _column(mask: Tensor, like: Tensor) -> Tensor:
+    return mask.view(-1, *([1] * (like.dim() - 1)))
+
+
+def gather_stock(slots: Tensor, backing: Tensor, slot: Tensor, uniq: Tensor, fresh: Tensor) -> Tensor:
+    R = backing.shape[0] - 1
+    here = slots.index_select(0, slot)  # (u, ...) the pad slot for the rows not there
+    there = backing.index_select(0, torch.where(fresh, R, uniq).to(backing.device)).to(slots.device)
+    return torch.where(_column(fresh, here), here, there)
+
+
+def scatter_stock(slots: Tensor, backing: Tensor, values: Tensor, slot: Tensor, uniq: Tensor, cached: Tensor) -> None:
+    R = backing.shape[0] - 1
+    slots.index_copy_(0, slot, values)  # the rows that are not cached write the pad slot
+    backing.index_copy_(0, torch.where(cached, R, uniq).to(backing.device), values.to(backing.device))
+
+
+@njit(cache=True)
+def _gather(slots, backing, slot, uniq, fresh, out):  # pragma: no cover - compiled
+    D = out.shape[1]
+    for i in range(uniq.shape[0]):
+        src, r = (slots, slot[i]) if fresh[i] else (backing, uniq[i])
+        for d in range(D):
+            out[i, d] = src[r, d]
+
+
+@njit(cache=True)
+def _scatter(slots, backing, values, slot, uniq, cached):  # pragma: no cover - compiled
+    R = backing.shape[0] - 1
+    D = values.shape[1]
+    for i in range(uniq.shape[0]):
+        if cached[i]:
+            dst, r = slots, slot[i]
+        elif uniq[i] < R:
+            dst, r = backing, uniq[i]
+        else:
+            continue
+        for d in range(D):
+            dst[r, d] = values[i, d]
+
+
+def _rows2d(t: Tensor) -> np.ndarray:
+    return t.numpy().reshape(t.shape[0], -1)
+
+
+def gather_cpu(slots: Tensor, backing: Tensor, slot: Tensor, uniq: Tensor, fresh: Tensor) -> Tensor:
+    out = torch.empty((uniq.shape[0], *slots.shape[1:]), dtype=slots.dtype)
+    _gather(_rows2d(slots), _rows2d(backing), slot.numpy(), uniq.numpy(), fresh.numpy(), _rows2d(out))
+    return out
+
+
+def scatter_cpu(slots: Tensor, backing: Tensor, values: Tensor, slot: Tensor, uniq: Tensor, cached: Tensor) -> None:
+    _scatter(_rows2d(slots), _rows2d(backing), _rows2d(values.contiguous()), slot.numpy(), uniq.numpy(),
+             cached.numpy())
+
+
+@torch.library.custom_op("haloflow::cache_gather", mutates_args=())
+def _cache_gather(slots: Tensor, backing: Tensor, slot: Tensor, uniq: Tensor, fresh: Tensor) -> Tensor:
+    return gather_stock(slots, backing, slot, uniq, fresh)
+
+
+_cache_gather.register_kernel("cpu")(gather_cpu)
+
+
+@_cache_gather.register_fake
+def _(slots, backing, slot, uniq, fresh):
+    return slots.new_empty((uniq.shape[0], *slots.shape[1:]))
+
+
+@torch.library.custom_op("haloflow::cache_scatter", mutates_args=("slots", "backing"))
+def _cache_scatter(slots: Tensor, backing: Tensor, values: Tensor, slot: Tensor, uniq: Tensor, cached: Tensor) -> None:
+    scatter_stock(slots, backing, values, slot, uniq, cached)
+
+
+_cache_scatter.register_kernel("cpu")(scatter_cpu)
+
+
+@_cache_scatter.register_fake
+def _(*args):
+    return None
+
+
+GATHER = register(Op("cache_gather", stock=gather_stock, cpu=gather_cpu, bitwise=frozenset({"cpu"}),
+                     custom_op=torch.ops.haloflow.cache_gather,
+                     doc="a batch's rows read from their slot or from the backing rows"))
+SCATTER = register(Op("cache_scatter", stock=scatter_stock, cpu=scatter_cpu, bitwise=frozenset({"cpu"}),
+                      custom_op=torch.ops.haloflow.cache_scatter,
+                      doc="a batch's updated rows written to their slot or to the backing rows"))
+
+
+def cache_gather(slots: Tensor, backing: Tensor, slot: Tensor, uniq: Tensor, fresh: Tensor) -> Tensor:
+    """(u, ...) each row from its slot where ``fresh``, else from the backing rows (module docstring)."""
+    return call(GATHER, slots, backing, slot, uniq, fresh)
+
+
+def cache_scatter(slots: Tensor, backing: Tensor, values: Tensor, slot: Tensor, uniq: Tensor, cached: Tensor) -> None:
+    """Write ``values`` (u, ...) to each row's slot where ``cached``, else to its backing row (module docstring)."""
+    call(SCATTER, slots, backing, values, slot, uniq, cached)

@@ -1,0 +1,95 @@
+"""The distinct values of a batch's ids, padded to a fixed length: ``haloflow::padded_unique``.
+
+::
+
+    x (n,) int64, every value in 0 .. pad - 1 (or pad)
+    uniq (n,)     the distinct values of x ascending, then ``pad`` to length n
+    inverse (n,)  each entry's position in uniq:  uniq[inverse] == x
+
+No output size depends on the data (``torch.unique`` trims to the distinct count, which a GPU must send to the
+host first), so a step that uses it never waits for the device.
+
+Bodies (the same integers):
+
+- stock: a stable ``torch.sort`` with its indices, then the runs of equal values (any device);
+- CPU: one ``np.sort`` of the values packed with their positions (value << b | position, b = bits of n - 1:
+  sorting the packed keys orders by value, then position, which is the stable order), then one numba pass for
+  the runs and the inverse. NumPy sorts plain int64 keys with its vectorised sort, far faster than an argsort:
+  measured on the 2-core AMD EPYC VM (2026-12-07, AVX-512, NumPy 2.4), 167 -> 28 us at n = 3,328 and
+  1,905 -> 425 us at n = 53,248 (a batch of 128 or 2,048 Kaggle samples). Values too wide to pack (``pad``
+  of more than 63 - b bits) take the stock formula.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from numba import njit
+from torch import Tensor
+
+from haloflow.kernels._registry import Op, call, register
+
+__all__ = ["padded_unique"]
+
+
+def stock(x: Tensor, pad: int) -> tuple[Tensor, Tensor]:
+    n = x.numel()
+    srt, order = torch.sort(x, stable=True)  # (n,)
+    first = torch.ones_like(srt, dtype=torch.bool)
+    torch.ne(srt[1:], srt[:-1], out=first[1:])  # a run of equal values starts here
+    run = torch.cumsum(first, 0).sub_(1)  # (n,) position of each sorted value among the distinct ones
+    uniq = torch.full((n,), pad, dtype=x.dtype, device=x.device).scatter_(0, run, srt)  # equal values per run
+    inverse = torch.empty_like(run).scatter_(0, order, run)
+    return uniq, inverse
+
+
+@njit(cache=True)
+def _runs(packed, bits, pad, uniq, inverse):  # pragma: no cover - compiled
+    n = packed.shape[0]
+    mask = (1 << bits) - 1
+    j = -1
+    prev = -1
+    for i in range(n):
+        v = packed[i] >> bits
+        if j < 0 or v != prev:
+            j += 1
+            uniq[j] = v
+            prev = v
+        inverse[packed[i] & mask] = j
+    for i in range(j + 1, n):
+        uniq[i] = pad
+
+
+def cpu(x: Tensor, pad: int) -> tuple[Tensor, Tensor]:
+    n = x.numel()
+    bits = max(1, (n - 1).bit_length())
+    if int(pad).bit_length() + bits > 63:
+        return stock(x, pad)
+    packed = np.sort((x.numpy() << bits) | np.arange(n, dtype=np.int64))
+    uniq, inverse = torch.empty(n, dtype=torch.int64), torch.empty(n, dtype=torch.int64)
+    _runs(packed, bits, pad, uniq.numpy(), inverse.numpy())
+    return uniq, inverse
+
+
+@torch.library.custom_op("haloflow::padded_unique", mutates_args=())
+def _padded_unique(x: Tensor, pad: int) -> tuple[Tensor, Tensor]:
+    return stock(x, pad)
+
+
+_padded_unique.register_kernel("cpu")(cpu)
+
+
+@_padded_unique.register_fake
+def _(x, pad):
+    return torch.empty_like(x), torch.empty_like(x)
+
+
+OP = register(Op("padded_unique", stock=stock, cpu=cpu, bitwise=frozenset({"cpu"}),
+                 custom_op=torch.ops.haloflow.padded_unique,
+                 doc="a batch's distinct ids padded to its length, and each id's place among them"))
+
+
+def padded_unique(x: Tensor, pad: int) -> tuple[Tensor, Tensor]:
+    """The distinct values of ``x`` (n,) int64 ascending, then ``pad`` to length n, and each entry's position in
+    them (module docstring). Every value must be in 0 .. ``pad``."""
+    return call(OP, x, pad)
