@@ -34,6 +34,7 @@ from haloflow.cache.optim import apply_rows
 from haloflow.cache.types import RowOptimizer
 from haloflow.errors import ConfigError
 from haloflow.kernels.unique import padded_unique as _padded_unique
+from haloflow.kernels.unique import table_rows
 
 __all__ = ["BatchedTables", "TableRows", "padded_unique", "pooled_sum"]
 
@@ -167,11 +168,9 @@ class BatchedTables:
         ``train``: keep the rows for ``step`` (their gradient arrives by backward). Ids are not checked here
         (a check needs the host): ``ShardedEmbeddingCollection`` checks them against the tables' rows.
         """
-        nnz = ids.numel()
         dev = self.device
         ids, lengths, tables = ids.to(dev), lengths.to(dev), tables.to(dev)
-        base = torch.repeat_interleave(self.row_offsets.index_select(0, tables), lengths, output_size=nnz)
-        rows = ids + base  # (nnz,) rows of the end-to-end tables
+        rows = table_rows(ids, lengths, tables, self.row_offsets)  # (nnz,) rows of the end-to-end tables
         offsets = torch.zeros(lengths.numel() + 1, dtype=torch.int64, device=dev)
         torch.cumsum(lengths, 0, out=offsets[1:])
         weight = self.arrays["weight"]

@@ -50,6 +50,7 @@ from haloflow.cache.policy import DEFAULT_WINDOW
 from haloflow.errors import ConfigError
 from haloflow.kernels.cache_plan import NEVER, POLICY_CODES, cache_announce, cache_plan
 from haloflow.kernels.cache_rows import cache_gather, cache_scatter
+from haloflow.kernels.unique import table_rows
 
 __all__ = ["CachedTables", "DEVICE_POLICIES"]
 
@@ -193,8 +194,7 @@ class CachedTables(BatchedTables):
 
     # ------------------------------------------------------------------------------------------ lookups
     def _rows(self, ids: Tensor, lengths: Tensor, tables: Tensor) -> tuple[Tensor, Tensor]:
-        base = torch.repeat_interleave(self.row_offsets.index_select(0, tables), lengths, output_size=ids.numel())
-        return padded_unique(ids + base, self.num_rows)
+        return padded_unique(table_rows(ids, lengths, tables, self.row_offsets), self.num_rows)
 
     def announce(self, ids: Tensor, lengths: Tensor, tables: Tensor) -> None:
         """Tell a lookahead directory the rows of a batch to come (other policies ignore it). Batches are announced

@@ -18,6 +18,8 @@ CPU body and a GPU body registered beside it. The models call these ops and read
       cache_announce   indexed writes into a ring           numba                  stock         haloflow::cache_announce
       cache_gather     two index_select, where              numba row copies       stock         haloflow::cache_gather
       cache_scatter    two index_copy_                      numba row copies       stock         haloflow::cache_scatter
+    padded_unique      stable sort, cumsum, scatter         np.sort of packed keys stock         haloflow::padded_unique
+      table_rows       index_select, repeat_interleave      numba, one pass        stock         haloflow::table_rows
     (each ``haloflow::<op>`` has a ``<op>_backward`` op beside it, with the same bodies)
 
 A custom op (``torch.library.custom_op``) lets torch pick the body by the inputs' device and carries its own

@@ -1,6 +1,12 @@
-"""The distinct values of a batch's ids, padded to a fixed length: ``haloflow::padded_unique``.
+"""A batch's rows of tables laid end to end (``haloflow::table_rows``) and their distinct values, padded to a
+fixed length (``haloflow::padded_unique``).
 
 ::
+
+    ids (nnz,) local to their bag's table, lengths (n,) and tables (n,) per bag, row_offsets (T,) first rows
+    rows (nnz,)   ids + row_offsets[table of each id's bag]
+
+(stock: ``index_select``, ``repeat_interleave`` with ``output_size``, an add; CPU: one numba pass), then::
 
     x (n,) int64, every value in 0 .. pad - 1 (or pad)
     uniq (n,)     the distinct values of x ascending, then ``pad`` to length n
@@ -29,7 +35,28 @@ from torch import Tensor
 
 from haloflow.kernels._registry import Op, call, register
 
-__all__ = ["padded_unique"]
+__all__ = ["padded_unique", "table_rows"]
+
+
+def rows_stock(ids: Tensor, lengths: Tensor, tables: Tensor, row_offsets: Tensor) -> Tensor:
+    base = torch.repeat_interleave(row_offsets.index_select(0, tables), lengths, output_size=ids.numel())
+    return ids + base
+
+
+@njit(cache=True)
+def _table_rows(ids, lengths, tables, row_offsets, out):  # pragma: no cover - compiled
+    p = 0
+    for j in range(lengths.shape[0]):
+        base = row_offsets[tables[j]]
+        for _ in range(lengths[j]):
+            out[p] = ids[p] + base
+            p += 1
+
+
+def rows_cpu(ids: Tensor, lengths: Tensor, tables: Tensor, row_offsets: Tensor) -> Tensor:
+    out = torch.empty_like(ids)
+    _table_rows(ids.numpy(), lengths.numpy(), tables.numpy(), row_offsets.numpy(), out.numpy())
+    return out
 
 
 def stock(x: Tensor, pad: int) -> tuple[Tensor, Tensor]:
@@ -87,6 +114,29 @@ def _(x, pad):
 OP = register(Op("padded_unique", stock=stock, cpu=cpu, bitwise=frozenset({"cpu"}),
                  custom_op=torch.ops.haloflow.padded_unique,
                  doc="a batch's distinct ids padded to its length, and each id's place among them"))
+
+
+@torch.library.custom_op("haloflow::table_rows", mutates_args=())
+def _table_rows_op(ids: Tensor, lengths: Tensor, tables: Tensor, row_offsets: Tensor) -> Tensor:
+    return rows_stock(ids, lengths, tables, row_offsets)
+
+
+_table_rows_op.register_kernel("cpu")(rows_cpu)
+
+
+@_table_rows_op.register_fake
+def _(ids, lengths, tables, row_offsets):
+    return torch.empty_like(ids)
+
+
+ROWS = register(Op("table_rows", stock=rows_stock, cpu=rows_cpu, bitwise=frozenset({"cpu"}),
+                   custom_op=torch.ops.haloflow.table_rows,
+                   doc="a batch's ids as rows of tables laid end to end"))
+
+
+def table_rows(ids: Tensor, lengths: Tensor, tables: Tensor, row_offsets: Tensor) -> Tensor:
+    """(nnz,) each id plus its bag's table's first row (module docstring); lengths must sum to ids' length."""
+    return call(ROWS, ids, lengths, tables, row_offsets)
 
 
 def padded_unique(x: Tensor, pad: int) -> tuple[Tensor, Tensor]:

@@ -295,6 +295,16 @@ def unique_inputs(dtype):
     return (x, 12)
 
 
+def table_rows_inputs(dtype):
+    """Ids of 7 bags (one empty) over 3 tables of 5, 9 and 4 rows laid end to end: ``table_rows``' arguments."""
+    g = _gen(58)
+    lengths = torch.tensor([2, 0, 3, 1, 4, 2, 1])
+    tables = torch.tensor([0, 1, 1, 2, 0, 2, 1])
+    sizes = torch.tensor([5, 9, 4])
+    ids = torch.cat([torch.randint(0, int(sizes[t]), (int(n),), generator=g) for n, t in zip(lengths, tables)])
+    return (ids, lengths, tables, torch.cat([torch.zeros(1, dtype=torch.int64), sizes.cumsum(0)]))
+
+
 def uniform_inputs(dtype):
     return (0x1234_5678_9ABC_DEF0, (3, 40), (1, 17), 0.25)
 
@@ -347,6 +357,7 @@ CASES = [
     Case("cache_announce", announce_inputs, run=run_announce),
     Case("cache_gather", rows_inputs),
     Case("padded_unique", unique_inputs),
+    Case("table_rows", table_rows_inputs),
     Case("cache_scatter", scatter_inputs, run=run_scatter),
 ]
 BY_NAME = {c.op: c for c in CASES}

@@ -187,6 +187,8 @@ class ShardedEmbeddingCollection(nn.Module):
         self._local_in_order = (self._batch is not None and K == 1 and not layout.dp_tables
                                 and [s.table for s in self.slots] == list(range(layout.num_tables))
                                 and all(s.sharding is not RW for s in self.slots))
+        self._can_prefetch = (isinstance(self._batch, CachedTables) and not layout.dp_tables
+                              and all(s.sharding is not RW for s in self.slots))  # fixed once built
         for t in layout.rw_tables:
             self.register_buffer(f"_bounds{t}", torch.tensor(layout.row_bounds(t), dtype=torch.int64, device=dev),
                                  persistent=False)
@@ -327,8 +329,7 @@ class ShardedEmbeddingCollection(nn.Module):
     def can_prefetch(self) -> bool:
         """Whether ``prefetch`` does anything: cached tables, and every shard of this rank table- or column-wise
         with no replicas, so that the ids it will look up for a batch can be told from the global batch alone."""
-        return (isinstance(self._batch, CachedTables) and not self.layout.dp_tables
-                and all(s.sharding is not RW for s in self.slots))
+        return self._can_prefetch
 
     def ahead_ids(self, sparse: JaggedBatch, sizes: Sequence[int] | None = None) -> LookupIds:
         """What this rank's tables will look up for a batch, told before its exchange: the bags' lengths and ids
