@@ -33,6 +33,7 @@ from haloflow.cache.memory import check_state_dict
 from haloflow.cache.optim import apply_rows
 from haloflow.cache.types import RowOptimizer
 from haloflow.errors import ConfigError
+from haloflow.kernels.bag_grads import bag_row_grads
 from haloflow.kernels.unique import padded_unique as _padded_unique
 from haloflow.kernels.unique import table_rows
 
@@ -59,11 +60,8 @@ class _PooledSum(torch.autograd.Function):
 
 def _row_grads(grad: Tensor, inverse: Tensor, lengths: Tensor, num_rows: int) -> Tensor:
     """Each row's gradient, its occurrences' bag gradients added in order: grad (n, D) of the bags, inverse
-    (nnz,) the row of every occurrence, lengths (n,) -> (num_rows, D)."""
-    bag = torch.repeat_interleave(torch.arange(lengths.numel(), device=grad.device), lengths,
-                                  output_size=inverse.numel())  # (nnz,) the bag of every occurrence
-    rows = torch.zeros(num_rows, grad.shape[1], dtype=grad.dtype, device=grad.device)
-    return rows.index_add_(0, inverse, grad.index_select(0, bag))  # one occurrence at a time
+    (nnz,) the row of every occurrence, lengths (n,) -> (num_rows, D) (``kernels.bag_grads``: one op)."""
+    return bag_row_grads(grad, inverse, lengths, num_rows)
 
 
 class _TableBags(torch.autograd.Function):

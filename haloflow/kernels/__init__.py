@@ -20,6 +20,7 @@ CPU body and a GPU body registered beside it. The models call these ops and read
       cache_scatter    two index_copy_                      numba row copies       stock         haloflow::cache_scatter
     padded_unique      stable sort, cumsum, scatter         np.sort of packed keys stock         haloflow::padded_unique
       table_rows       index_select, repeat_interleave      numba, one pass        stock         haloflow::table_rows
+    bag_row_grads      repeat_interleave, index_add_        numba, in order        stock         haloflow::bag_row_grads
     (each ``haloflow::<op>`` has a ``<op>_backward`` op beside it, with the same bodies)
 
 A custom op (``torch.library.custom_op``) lets torch pick the body by the inputs' device and carries its own

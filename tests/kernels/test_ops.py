@@ -305,6 +305,14 @@ def table_rows_inputs(dtype):
     return (ids, lengths, tables, torch.cat([torch.zeros(1, dtype=torch.int64), sizes.cumsum(0)]))
 
 
+def bag_grads_inputs(dtype):
+    """Gradients of 6 bags (one empty) of width 3 and their 9 occurrences' rows among 5 distinct rows (some rows
+    in several bags, one twice in a bag): ``bag_row_grads``' arguments."""
+    lengths = torch.tensor([2, 0, 3, 1, 2, 1])
+    inverse = torch.tensor([0, 3, 1, 1, 4, 3, 2, 0, 1])
+    return (torch.randn(6, 3, generator=_gen(59), dtype=dtype), inverse, lengths, 5)
+
+
 def uniform_inputs(dtype):
     return (0x1234_5678_9ABC_DEF0, (3, 40), (1, 17), 0.25)
 
@@ -358,6 +366,7 @@ CASES = [
     Case("cache_gather", rows_inputs),
     Case("padded_unique", unique_inputs),
     Case("table_rows", table_rows_inputs),
+    Case("bag_row_grads", bag_grads_inputs, grad_inputs=()),
     Case("cache_scatter", scatter_inputs, run=run_scatter),
 ]
 BY_NAME = {c.op: c for c in CASES}

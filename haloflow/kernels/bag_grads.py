@@ -1,0 +1,79 @@
+"""Each distinct row's gradient from its bags' gradients, occurrence by occurrence: ``haloflow::bag_row_grads``
+(the backward of ``cache/batched.py``'s pooled lookups, for all tables at once).
+
+::
+
+    grad (n, D)       the bags' gradients
+    inverse (nnz,)    the row (among the batch's distinct rows) of every occurrence, bag by bag
+    lengths (n,)      occurrences per bag
+    out (u, D)        out[inverse[p]] += grad[bag of p], p = 0, 1, ... in order
+
+The order of the additions is the occurrences' order, whatever else the batch holds, so a row's gradient has
+the same bits beside other tables or on another rank (``embedding_bag``'s own backward sorts the whole index
+array, unstably).
+
+Bodies (the same additions in the same order, bit for bit):
+
+- stock: ``repeat_interleave`` (each occurrence's bag), ``index_select`` of the bags' gradients, one
+  ``index_add_`` (CPU: one occurrence at a time, in order);
+- CPU: one numba pass, no (nnz, D) copy. Measured on the 2-core AMD EPYC VM (2026-12-07, float32, D = 16,
+  26 x 2,048 bags, 33.8 M rows): 5.1 -> 0.77 ms a batch.
+"""
+
+from __future__ import annotations
+
+import torch
+from numba import njit
+from torch import Tensor
+
+from haloflow.kernels._registry import Op, call, register
+
+__all__ = ["bag_row_grads"]
+
+
+def stock(grad: Tensor, inverse: Tensor, lengths: Tensor, num_rows: int) -> Tensor:
+    bag = torch.repeat_interleave(torch.arange(lengths.numel(), device=grad.device), lengths,
+                                  output_size=inverse.numel())  # (nnz,) the bag of every occurrence
+    rows = torch.zeros(num_rows, grad.shape[1], dtype=grad.dtype, device=grad.device)
+    return rows.index_add_(0, inverse, grad.index_select(0, bag))  # one occurrence at a time
+
+
+@njit(cache=True)
+def _accumulate(grad, inverse, lengths, out):  # pragma: no cover - compiled
+    D = grad.shape[1]
+    p = 0
+    for j in range(lengths.shape[0]):
+        for _ in range(lengths[j]):
+            r = inverse[p]
+            for d in range(D):
+                out[r, d] += grad[j, d]
+            p += 1
+
+
+def cpu(grad: Tensor, inverse: Tensor, lengths: Tensor, num_rows: int) -> Tensor:
+    out = torch.zeros(num_rows, grad.shape[1], dtype=grad.dtype)
+    _accumulate(grad.contiguous().numpy(), inverse.numpy(), lengths.numpy(), out.numpy())
+    return out
+
+
+@torch.library.custom_op("haloflow::bag_row_grads", mutates_args=())
+def _bag_row_grads(grad: Tensor, inverse: Tensor, lengths: Tensor, num_rows: int) -> Tensor:
+    return stock(grad, inverse, lengths, num_rows)
+
+
+_bag_row_grads.register_kernel("cpu")(cpu)
+
+
+@_bag_row_grads.register_fake
+def _(grad, inverse, lengths, num_rows):
+    return grad.new_empty((num_rows, grad.shape[1]))
+
+
+OP = register(Op("bag_row_grads", stock=stock, cpu=cpu, bitwise=frozenset({"cpu"}),
+                 custom_op=torch.ops.haloflow.bag_row_grads,
+                 doc="each distinct row's gradient, its bags' gradients added occurrence by occurrence"))
+
+
+def bag_row_grads(grad: Tensor, inverse: Tensor, lengths: Tensor, num_rows: int) -> Tensor:
+    """(num_rows, D): each row's gradient, its occurrences' bag gradients added in order (module docstring)."""
+    return call(OP, grad, inverse, lengths, num_rows)
