@@ -41,7 +41,8 @@ class Op:
 
     def body(self, device: torch.device) -> Callable:
         """The body that runs on ``device`` (a table op's dispatch; a custom op's is torch's)."""
-        chosen = {"cpu": self.cpu, "cuda": self.gpu}.get(device.type)
+        kind = device.type
+        chosen = self.cpu if kind == "cpu" else self.gpu if kind == "cuda" else None
         return chosen if chosen is not None else self.stock
 
 
@@ -74,10 +75,17 @@ def _device(args) -> torch.device:
 def _tracing(args) -> bool:
     """Whether the call is being traced (``torch.compile``, ``make_fx``, fake or functional tensors): then only the
     custom op may run, since the compiled bodies read real memory."""
-    if torch.compiler.is_compiling() or _current_dispatch_mode() is not None:
+    if _current_dispatch_mode() is not None or torch.compiler.is_compiling():
         return True
-    plain = torch.Tensor.__torch_dispatch__
-    return any(isinstance(a, torch.Tensor) and type(a).__torch_dispatch__ is not plain for a in args)
+    for a in args:  # (called per op: plain tensors, the common case, are told by their type alone)
+        kind = type(a)
+        if kind is not torch.Tensor and kind is not torch.nn.Parameter and isinstance(a, torch.Tensor) \
+                and kind.__torch_dispatch__ is not _PLAIN_DISPATCH:
+            return True
+    return False
+
+
+_PLAIN_DISPATCH = torch.Tensor.__torch_dispatch__
 
 
 def call(op: Op, *args):
