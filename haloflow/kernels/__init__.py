@@ -14,14 +14,15 @@ CPU body and a GPU body registered beside it. The models call these ops and read
     sgd_rows / _tables index_add_                           numba per occurrence   stock         table op
     write_newest       argsort, indexed writes              numba row copies       stock         table op
     keyed_uniform      int64 splitmix64 torch ops           numba                  -             table op
-    cache_plan         gathers, stable sort, indexed writes numba, one pass        stock         haloflow::cache_plan
+    cache_plan         gathers, stable sort, indexed writes numba, np.partition    stock         haloflow::cache_plan
       cache_announce   indexed writes into a ring           numba                  stock         haloflow::cache_announce
       cache_gather     two index_select, where              numba row copies       stock         haloflow::cache_gather
       cache_scatter    two index_copy_                      numba row copies       stock         haloflow::cache_scatter
     padded_unique      stable sort, cumsum, scatter         np.sort of packed keys stock         haloflow::padded_unique
       table_rows       index_select, repeat_interleave      numba, one pass        stock         haloflow::table_rows
     bag_row_grads      repeat_interleave, index_add_        numba, in order        stock         haloflow::bag_row_grads
-    (each ``haloflow::<op>`` has a ``<op>_backward`` op beside it, with the same bodies)
+    (each differentiable ``haloflow::<op>`` has a ``<op>_backward`` op beside it, with the same bodies; the cache
+    and table ops above need none)
 
 A custom op (``torch.library.custom_op``) lets torch pick the body by the inputs' device and carries its own
 backward; ``torch.library.opcheck`` tests it. A table op (``_registry.call``: a dict lookup by device) is for the

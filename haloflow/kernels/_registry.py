@@ -88,12 +88,43 @@ def _tracing(args) -> bool:
 _PLAIN_DISPATCH = torch.Tensor.__torch_dispatch__
 
 
+_COMPILED_FLOATS = (torch.float32, torch.float64)  # what the numba bodies are compiled for
+
+
+def _compiled_can_take(args) -> bool:
+    """Whether a compiled CPU body can take ``args``: no floating type but float32 and float64 (numba has no half
+    types). Otherwise the stock formula runs."""
+    for a in args:
+        if isinstance(a, (list, tuple)):
+            if not _compiled_can_take(a):
+                return False
+        elif isinstance(a, torch.Tensor) and a.is_floating_point() and a.dtype not in _COMPILED_FLOATS:
+            return False
+    return True
+
+
+def rows2d(t: torch.Tensor):
+    """``t``'s memory as a (rows, columns) NumPy array, a view (a compiled body's writes reach ``t``): ``t`` must be
+    contiguous, else the reshape would be a copy and the writes lost."""
+    if not t.is_contiguous():
+        raise ValueError(f"a compiled body needs contiguous rows, got a tensor of shape {tuple(t.shape)} with "
+                         f"strides {t.stride()}")
+    cols = 1
+    for n in t.shape[1:]:
+        cols *= int(n)
+    return t.numpy().reshape(t.shape[0], cols)
+
+
 def call(op: Op, *args):
     """``op``'s body for the arguments' device, from the table; through its custom op while traced (so that a
-    traced graph holds ``torch.ops.haloflow.<op>``)."""
+    traced graph holds ``torch.ops.haloflow.<op>``); the stock formula where a compiled body cannot take the
+    arguments (``_compiled_can_take``)."""
     if op.custom_op is not None and _tracing(args):
         return op.custom_op(*args)
-    return op.body(_device(args))(*args)
+    body = op.body(_device(args))
+    if body is op.cpu and not _compiled_can_take(args):
+        return op.stock(*args)
+    return body(*args)
 
 
 def eager(op: Op, setup_context: Callable, backward: Callable) -> Callable:

@@ -16,8 +16,9 @@ Bodies (the same additions in the same order, bit for bit):
 
 - stock: ``repeat_interleave`` (each occurrence's bag), ``index_select`` of the bags' gradients, one
   ``index_add_`` (CPU: one occurrence at a time, in order);
-- CPU: one numba pass, no (nnz, D) copy. Measured on the 2-core AMD EPYC VM (2026-12-07, float32, D = 16,
-  26 x 2,048 bags, 33.8 M rows): 5.1 -> 0.77 ms a batch.
+- CPU: one numba pass, no (nnz, D) copy. Measured on the 2-core AMD EPYC VM (2026-12-07, float32, D = 16): the
+  op alone on 26 x 2,048 bags of 0-2 random ids each, 5.1 -> 0.77 ms; the backward of the trainer's tables on
+  Kaggle's generated batches of 2,048, which is mostly this op, 4.5 -> 1.0 ms.
 """
 
 from __future__ import annotations
@@ -40,19 +41,28 @@ def stock(grad: Tensor, inverse: Tensor, lengths: Tensor, num_rows: int) -> Tens
 
 @njit(cache=True)
 def _accumulate(grad, inverse, lengths, out):  # pragma: no cover - compiled
-    D = grad.shape[1]
+    D, R = grad.shape[1], out.shape[0]
     p = 0
     for j in range(lengths.shape[0]):
+        if lengths[j] < 0 or p + lengths[j] > inverse.shape[0]:
+            return False
         for _ in range(lengths[j]):
             r = inverse[p]
+            if r < 0 or r >= R:
+                return False
             for d in range(D):
                 out[r, d] += grad[j, d]
             p += 1
+    return p == inverse.shape[0]
 
 
 def cpu(grad: Tensor, inverse: Tensor, lengths: Tensor, num_rows: int) -> Tensor:
+    if grad.requires_grad or grad.shape[0] != lengths.shape[0]:  # a graph wanted (double backward), or a
+        # mismatch the stock formula reports
+        return stock(grad, inverse, lengths, num_rows)
     out = torch.zeros(num_rows, grad.shape[1], dtype=grad.dtype)
-    _accumulate(grad.contiguous().numpy(), inverse.numpy(), lengths.numpy(), out.numpy())
+    if not _accumulate(grad.contiguous().numpy(), inverse.numpy(), lengths.numpy(), out.numpy()):
+        return stock(grad, inverse, lengths, num_rows)  # lengths or a row out of range: the stock formula's error
     return out
 
 

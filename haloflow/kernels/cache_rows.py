@@ -13,19 +13,18 @@ writes) both places for every row and picks with ``where`` (padded: every shape 
 (numba) touches each row once, where it is, and leaves the pads alone. The real rows and slots hold the same
 bits after either (the pads hold whatever the padded writes left, which nothing reads).
 
-Measured on the 2-core AMD VM (2026-12-07, u = 3,328, D = 64, float32): the stock gather (two ``index_select``
-and a ``where``) and scatter (two ``index_copy_`` and a ``where``) were 2 x 3 passes over (u, D) a step for the
-weight and again for each optimizer state; see the module docstring of ``cache/batched_cache.py`` for the step.
+The stock gather reads every row twice (its slot and its backing row) and picks with ``where``, the stock scatter
+writes every row twice (one of the places a pad); the CPU body reads and writes each row once. A step gathers the
+weight at its lookup and every optimizer state at its update, and scatters them all at the update.
 """
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 from numba import njit
 from torch import Tensor
 
-from haloflow.kernels._registry import Op, call, register
+from haloflow.kernels._registry import Op, call, register, rows2d
 
 __all__ = ["cache_gather", "cache_scatter"]
 
@@ -71,18 +70,14 @@ def _scatter(slots, backing, values, slot, uniq, cached):  # pragma: no cover - 
             dst[r, d] = values[i, d]
 
 
-def _rows2d(t: Tensor) -> np.ndarray:
-    return t.numpy().reshape(t.shape[0], -1)
-
-
 def gather_cpu(slots: Tensor, backing: Tensor, slot: Tensor, uniq: Tensor, fresh: Tensor) -> Tensor:
     out = torch.empty((uniq.shape[0], *slots.shape[1:]), dtype=slots.dtype)
-    _gather(_rows2d(slots), _rows2d(backing), slot.numpy(), uniq.numpy(), fresh.numpy(), _rows2d(out))
+    _gather(rows2d(slots), rows2d(backing), slot.numpy(), uniq.numpy(), fresh.numpy(), rows2d(out))
     return out
 
 
 def scatter_cpu(slots: Tensor, backing: Tensor, values: Tensor, slot: Tensor, uniq: Tensor, cached: Tensor) -> None:
-    _scatter(_rows2d(slots), _rows2d(backing), _rows2d(values.contiguous()), slot.numpy(), uniq.numpy(),
+    _scatter(rows2d(slots), rows2d(backing), rows2d(values.contiguous()), slot.numpy(), uniq.numpy(),
              cached.numpy())
 
 

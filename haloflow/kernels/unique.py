@@ -22,8 +22,8 @@ Bodies (the same integers):
   sorting the packed keys orders by value, then position, which is the stable order), then one numba pass for
   the runs and the inverse. NumPy sorts plain int64 keys with its vectorised sort, far faster than an argsort:
   measured on the 2-core AMD EPYC VM (2026-12-07, AVX-512, NumPy 2.4), 167 -> 28 us at n = 3,328 and
-  1,905 -> 425 us at n = 53,248 (a batch of 128 or 2,048 Kaggle samples). Values too wide to pack (``pad``
-  of more than 63 - b bits) take the stock formula.
+  1,905 -> 425 us at n = 53,248 (a batch of 128 or 2,048 Kaggle samples). Values that do not pack (``pad``
+  of more than 63 - b bits, or a negative value) take the stock formula.
 """
 
 from __future__ import annotations
@@ -46,16 +46,22 @@ def rows_stock(ids: Tensor, lengths: Tensor, tables: Tensor, row_offsets: Tensor
 @njit(cache=True)
 def _table_rows(ids, lengths, tables, row_offsets, out):  # pragma: no cover - compiled
     p = 0
+    T = row_offsets.shape[0]
     for j in range(lengths.shape[0]):
-        base = row_offsets[tables[j]]
+        t = tables[j]
+        if t < 0 or t >= T or lengths[j] < 0 or p + lengths[j] > ids.shape[0]:
+            return False
+        base = row_offsets[t]
         for _ in range(lengths[j]):
             out[p] = ids[p] + base
             p += 1
+    return p == ids.shape[0]
 
 
 def rows_cpu(ids: Tensor, lengths: Tensor, tables: Tensor, row_offsets: Tensor) -> Tensor:
-    out = torch.empty_like(ids)
-    _table_rows(ids.numpy(), lengths.numpy(), tables.numpy(), row_offsets.numpy(), out.numpy())
+    out = torch.empty(ids.shape, dtype=torch.promote_types(ids.dtype, row_offsets.dtype))  # as ids + base
+    if not _table_rows(ids.numpy(), lengths.numpy(), tables.numpy(), row_offsets.numpy(), out.numpy()):
+        return rows_stock(ids, lengths, tables, row_offsets)  # lengths or a table out of range: its error
     return out
 
 
@@ -90,10 +96,11 @@ def _runs(packed, bits, pad, uniq, inverse):  # pragma: no cover - compiled
 def cpu(x: Tensor, pad: int) -> tuple[Tensor, Tensor]:
     n = x.numel()
     bits = max(1, (n - 1).bit_length())
-    if int(pad).bit_length() + bits > 63:
+    values = x.numpy().astype(np.int64, copy=False)
+    if int(pad).bit_length() + bits > 63 or (n and values.min() < 0):  # would not pack: the stock formula
         return stock(x, pad)
-    packed = np.sort((x.numpy() << bits) | np.arange(n, dtype=np.int64))
-    uniq, inverse = torch.empty(n, dtype=torch.int64), torch.empty(n, dtype=torch.int64)
+    packed = np.sort((values << bits) | np.arange(n, dtype=np.int64))
+    uniq, inverse = torch.empty(n, dtype=x.dtype), torch.empty(n, dtype=torch.int64)  # as the stock formula's
     _runs(packed, bits, pad, uniq.numpy(), inverse.numpy())
     return uniq, inverse
 
@@ -108,7 +115,7 @@ _padded_unique.register_kernel("cpu")(cpu)
 
 @_padded_unique.register_fake
 def _(x, pad):
-    return torch.empty_like(x), torch.empty_like(x)
+    return torch.empty_like(x), torch.empty_like(x, dtype=torch.int64)
 
 
 OP = register(Op("padded_unique", stock=stock, cpu=cpu, bitwise=frozenset({"cpu"}),
@@ -126,7 +133,7 @@ _table_rows_op.register_kernel("cpu")(rows_cpu)
 
 @_table_rows_op.register_fake
 def _(ids, lengths, tables, row_offsets):
-    return torch.empty_like(ids)
+    return ids.new_empty(ids.shape, dtype=torch.promote_types(ids.dtype, row_offsets.dtype))
 
 
 ROWS = register(Op("table_rows", stock=rows_stock, cpu=rows_cpu, bitwise=frozenset({"cpu"}),

@@ -223,3 +223,34 @@ def test_the_device_lookahead_directory_hits_within_3_percent_of_belady():
     assert device.hits >= 0.97 * best and online.hits >= 0.97 * best, (device.hits, online.hits, best)
     assert abs(device.hits - host.hits) <= 0.005 * best  # the host policy it follows
     assert lru.hits < 0.8 * best
+
+
+def test_an_empty_batch_and_int32_ids_and_half_tables_train_as_before():
+    """Inputs the compiled bodies hand to the stock formulas or must take as the stock formulas do: a batch with
+    no ids (every bag empty), int32 ids past 2^19 rows (a packing that shifted int32 values would overflow), and
+    float16 rows (numba has no half type): each gives what the stock torch ops give."""
+    sgd = make_optimizer({"name": "sgd", "lr": 0.5})
+    for tables in (CachedTables([5, 6], 4, sgd, num_slots=3), BatchedTables([5, 6], 4, sgd)):
+        empty = tables.lookup(torch.empty(0, dtype=torch.int64), torch.tensor([0, 0]), torch.tensor([0, 1]),
+                              train=True)
+        assert empty.shape == (2, 4) and not empty.any()
+        empty.sum().backward()
+        tables.step()
+    sizes = [600_000, 10]
+    g = torch.Generator().manual_seed(4)
+    ids = torch.cat([torch.randint(0, sizes[0], (2_990,), generator=g), torch.randint(0, 10, (10,), generator=g)])
+    lengths, which = torch.tensor([2_990, 10]), torch.tensor([0, 1])
+    init = lambda t: torch.randn(sizes[t], 4, generator=torch.Generator().manual_seed(t))  # noqa: E731
+    runs = []
+    for dtype in (torch.int64, torch.int32):
+        tables = BatchedTables(sizes, 4, sgd, init=init)
+        out = tables.lookup(ids.to(dtype), lengths, which, train=True)
+        (out * torch.arange(4.0)).sum().backward()
+        tables.step()
+        runs.append((out.detach(), tables.state_dict()["weight"].clone()))
+    assert torch.equal(runs[0][0], runs[1][0]) and torch.equal(runs[0][1], runs[1][1])
+    half = BatchedTables([5, 6], 4, sgd, dtype=torch.float16, init=lambda t: torch.ones(5 + t, 4))
+    out = half.lookup(torch.tensor([1, 1, 4]), torch.tensor([2, 1]), torch.tensor([0, 1]), train=True)
+    out.sum().backward()
+    half.step()
+    assert out.dtype == torch.float16 and half.state_dict()["weight"][1, 0] == 0.0  # 1 - 0.5 * 2

@@ -24,3 +24,11 @@ def test_values_as_wide_as_the_packing_allows_and_wider(pad):
     want = stock(x, pad)
     assert torch.equal(uniq, want[0]) and torch.equal(inverse, want[1])
     assert torch.equal(uniq[inverse], x)
+
+
+def test_int32_and_negative_values_give_the_stock_result():
+    g = torch.Generator().manual_seed(2)
+    for x in (torch.randint(0, 300, (700,), generator=g, dtype=torch.int32),
+              torch.randint(-50, 300, (700,), generator=g)):
+        got, want = cpu(x, 300), stock(x, 300)
+        assert all(a.dtype == b.dtype and torch.equal(a, b) for a, b in zip(got, want))

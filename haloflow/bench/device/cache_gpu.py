@@ -91,6 +91,7 @@ class Contestant:
     syncs: int | None = None  # device-to-host synchronisations seen in the timed steps (counted on CUDA only)
 
     sequence: list[ClickBatch] = field(default_factory=list)  # every batch, in the order the contestant trains
+    sparse: list = field(default_factory=list)  # their ids (``sequence``'s ``.sparse``), what is announced
     told: int = 0  # batches of ``sequence`` announced to a lookahead cache
     trained: int = 0  # steps taken
 
@@ -100,7 +101,7 @@ class Contestant:
         batches up to ``WINDOW`` + 1 ahead first, as the trainer tells it when it reads them."""
         if self.net is not None:
             emb = self.net.embeddings
-            self.told = emb.announce_through([b.sparse for b in self.sequence], self.told, self.trained)
+            self.told = emb.announce_through(self.sparse, self.told, self.trained)
             self.trained += 1
             B = batch.batch_size
             nxt = upcoming if upcoming is not None and self.net.embeddings.can_prefetch else None
@@ -288,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
     reset_peak_memory(dev)
     runs = build(sizes, dev, args.seed)
     for c in runs.values():  # warm-up, then the rounds' slices: every contestant trains the batches in this order
-        c.sequence = batches
+        c.sequence, c.sparse = batches, [b.sparse for b in batches]
     warm = batches[:ns.warmup]
     warm_up(runs, warm, dev)
     print(f"[{NAME}] warm-up step ms: " + ", ".join(f"{c.name} {c.step_ms:.1f}" for c in runs.values()), flush=True)
