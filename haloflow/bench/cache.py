@@ -193,13 +193,16 @@ def _reader_phase(reader: str, folder: str, rows: int, steps: int, batch: int, a
 
 def _warm_up(opt) -> None:
     """The ops every reader runs, once on a tiny table: torch's first-use allocations (autograd, kernels, arenas)
-    then come before the reader's RSS is measured, not inside it."""
+    and the compiled kernels' loading (or, on a machine where their cache is cold, their compiling: ~60 MB of
+    LLVM) then come before the reader's RSS is measured, not inside it."""
     arrays = {k: torch.zeros(8, _DIM) for k in ("weight", "sum")}
     ids = torch.tensor([0, 3, 3])
     uniq, inverse = torch.unique(ids, return_inverse=True)
     w = arrays["weight"][uniq].requires_grad_()
     torch.nn.functional.embedding_bag(inverse, w, torch.arange(3), mode="sum").sum().backward()
     apply_rows(opt, arrays, uniq, w.grad)
+    w = arrays["weight"][uniq].requires_grad_()
+    pooled_sum(w, inverse, torch.tensor([0, 1, 3])).sum().backward()  # the memmap reader's (kernels.bag_grads)
 
 
 def _maps(folder: str, rows: int) -> dict[str, torch.Tensor]:
