@@ -34,7 +34,7 @@ from haloflow.cache.optim import apply_rows
 from haloflow.cache.types import RowOptimizer
 from haloflow.errors import ConfigError
 from haloflow.kernels.bag_grads import bag_row_grads
-from haloflow.kernels.unique import padded_unique as _padded_unique
+from haloflow.kernels.unique import padded_unique  # re-exported: the distinct rows of a batch, padded
 from haloflow.kernels.unique import table_rows
 
 __all__ = ["BatchedTables", "TableRows", "padded_unique", "pooled_sum"]
@@ -42,7 +42,7 @@ __all__ = ["BatchedTables", "TableRows", "padded_unique", "pooled_sum"]
 
 class _PooledSum(torch.autograd.Function):
     """Forward: ``embedding_bag`` sums. Backward: each row's gradient summed over its occurrences in the order
-    they come (one ``index_add_``), not in the order of ``embedding_bag``'s backward, whose unstable sort
+    they come (``kernels.bag_grads``), not in the order of ``embedding_bag``'s backward, whose unstable sort
     orders a row's occurrences by the whole index array: the same bag would get other bits beside other
     tables. Shapes: rows (u, D), inverse (nnz,) in [0, u), offsets (n+1,) -> (n, D)."""
 
@@ -55,13 +55,7 @@ class _PooledSum(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: Tensor):
         inverse, lengths = ctx.saved_tensors
-        return _row_grads(grad, inverse, lengths, ctx.num_rows), None, None, None
-
-
-def _row_grads(grad: Tensor, inverse: Tensor, lengths: Tensor, num_rows: int) -> Tensor:
-    """Each row's gradient, its occurrences' bag gradients added in order: grad (n, D) of the bags, inverse
-    (nnz,) the row of every occurrence, lengths (n,) -> (num_rows, D) (``kernels.bag_grads``: one op)."""
-    return bag_row_grads(grad, inverse, lengths, num_rows)
+        return bag_row_grads(grad, inverse, lengths, ctx.num_rows), None, None, None
 
 
 class _TableBags(torch.autograd.Function):
@@ -79,7 +73,7 @@ class _TableBags(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: Tensor):
         inverse, lengths = ctx.saved_tensors
-        ctx.holder.append(_row_grads(grad, inverse, lengths, inverse.numel()))  # (u, D), for ``BatchedTables.step``
+        ctx.holder.append(bag_row_grads(grad, inverse, lengths, inverse.numel()))  # (u, D), for ``BatchedTables.step``
         return None, None, None, None, None, None, None
 
 
@@ -88,17 +82,6 @@ def pooled_sum(rows: Tensor, inverse: Tensor, offsets: Tensor, lengths: Tensor |
     order. ``lengths``: ``offsets.diff()``, when the caller has it. Shapes: rows (u, D), inverse (nnz,),
     offsets (n+1,), lengths (n,) -> (n, D)."""
     return _PooledSum.apply(rows, inverse, offsets, offsets.diff() if lengths is None else lengths)
-
-
-def padded_unique(x: Tensor, pad: int) -> tuple[Tensor, Tensor]:
-    """The distinct values of ``x`` (n,) ascending, then ``pad`` to length n, and each entry's position in it.
-
-    ``uniq[inverse] == x``. No output size depends on the data (``torch.unique`` trims to the distinct count,
-    which a GPU must send to the host first). Every value must be in 0 .. ``pad`` (``kernels.unique``: one op).
-
-    Shapes: x int64 (n,) -> uniq (n,), inverse (n,)
-    """
-    return _padded_unique(x, pad)
 
 
 class BatchedTables:

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import torch
 from torch.utils._python_dispatch import _get_current_dispatch_mode as _current_dispatch_mode
 
-__all__ = ["Op", "OPS", "register", "call", "eager", "triton_available"]
+__all__ = ["Op", "OPS", "register", "declare", "call", "eager", "rows2d", "triton_available"]
 
 
 @dataclass(frozen=True)
@@ -55,6 +55,18 @@ def register(op: Op) -> Op:
         raise ValueError(f"kernel {op.name!r} is registered twice")
     OPS[op.name] = op
     return op
+
+
+def declare(name: str, stock: Callable, cpu: Callable, fake: Callable, *, doc: str,
+            mutates_args: tuple[str, ...] = (), bitwise: frozenset[str] = frozenset({"cpu"})) -> Op:
+    """An op without a backward in one call: the custom op ``haloflow::<name>`` whose body on any device is
+    ``stock`` (its annotations give the schema), with ``cpu`` registered for the CPU and ``fake`` for tracing
+    (``fake(*args)``: outputs of the right shapes, or None); then its row in the table."""
+    custom = torch.library.custom_op(f"haloflow::{name}", mutates_args=mutates_args)(stock)
+    custom.register_kernel("cpu")(cpu)
+    custom.register_fake(fake)
+    return register(Op(name, stock=stock, cpu=cpu, bitwise=bitwise, custom_op=getattr(torch.ops.haloflow, name),
+                       doc=doc))
 
 
 def triton_available() -> bool:

@@ -27,7 +27,7 @@ import torch
 from numba import njit
 from torch import Tensor
 
-from haloflow.kernels._registry import Op, call, register
+from haloflow.kernels._registry import call, declare
 
 __all__ = ["bag_row_grads"]
 
@@ -66,22 +66,9 @@ def cpu(grad: Tensor, inverse: Tensor, lengths: Tensor, num_rows: int) -> Tensor
     return out
 
 
-@torch.library.custom_op("haloflow::bag_row_grads", mutates_args=())
-def _bag_row_grads(grad: Tensor, inverse: Tensor, lengths: Tensor, num_rows: int) -> Tensor:
-    return stock(grad, inverse, lengths, num_rows)
-
-
-_bag_row_grads.register_kernel("cpu")(cpu)
-
-
-@_bag_row_grads.register_fake
-def _(grad, inverse, lengths, num_rows):
-    return grad.new_empty((num_rows, grad.shape[1]))
-
-
-OP = register(Op("bag_row_grads", stock=stock, cpu=cpu, bitwise=frozenset({"cpu"}),
-                 custom_op=torch.ops.haloflow.bag_row_grads,
-                 doc="each distinct row's gradient, its bags' gradients added occurrence by occurrence"))
+OP = declare("bag_row_grads", stock, cpu,
+             lambda grad, inverse, lengths, num_rows: grad.new_empty((num_rows, grad.shape[1])),
+             doc="each distinct row's gradient, its bags' gradients added occurrence by occurrence")
 
 
 def bag_row_grads(grad: Tensor, inverse: Tensor, lengths: Tensor, num_rows: int) -> Tensor:

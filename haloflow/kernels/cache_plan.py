@@ -52,7 +52,7 @@ import torch
 from numba import njit
 from torch import Tensor
 
-from haloflow.kernels._registry import Op, call, register, rows2d
+from haloflow.kernels._registry import call, declare, rows2d
 
 __all__ = ["cache_plan", "cache_announce", "POLICY_CODES", "NEVER", "lookahead_score"]
 
@@ -322,24 +322,13 @@ _MUTATED = ("id_slot", "slot_id", "last_use", "dirty", "pending", "score", "next
             "counts", "backing")
 
 
-@torch.library.custom_op("haloflow::cache_plan", mutates_args=_MUTATED)
-def _cache_plan(uniq: Tensor, id_slot: Tensor, slot_id: Tensor, last_use: Tensor, dirty: Tensor, pending: Tensor,
-                score: Tensor, next_use: Tensor, slot_score: Tensor, slot_next: Tensor, ring: Tensor,
-                counts: Tensor, slots: list[Tensor], backing: list[Tensor], hand: int, num_candidates: int,
-                clock: int, pinned_from: int, now: int, policy: int, admit_all: bool,
-                admit_misses: bool) -> tuple[Tensor, Tensor, Tensor]:
-    return stock(uniq, id_slot, slot_id, last_use, dirty, pending, score, next_use, slot_score, slot_next, ring,
-                 counts, slots, backing, hand, num_candidates, clock, pinned_from, now, policy, admit_all,
-                 admit_misses)
-
-
-_cache_plan.register_kernel("cpu")(cpu)
-
-
-@_cache_plan.register_fake
-def _(uniq, *args):
+def _plan_fake(uniq, *args):
     u = uniq.shape[0]
     return uniq.new_empty(u), uniq.new_empty(u, dtype=torch.bool), uniq.new_empty(u, dtype=torch.bool)
+
+
+OP = declare("cache_plan", stock, cpu, _plan_fake, mutates_args=_MUTATED,
+             doc="a cache directory's plan for a batch: hits, victims, admissions, dirty write-back")
 
 
 def announce_stock(uniq: Tensor, ring: Tensor, last_batch: Tensor, last_pos: Tensor, next_use: Tensor,
@@ -387,33 +376,14 @@ def announce_cpu(uniq: Tensor, ring: Tensor, last_batch: Tensor, last_pos: Tenso
               slot_next.numpy(), a, length, cap, trained)
 
 
-@torch.library.custom_op("haloflow::cache_announce",
-                         mutates_args=("ring", "last_batch", "last_pos", "next_use", "slot_next"))
-def _cache_announce(uniq: Tensor, ring: Tensor, last_batch: Tensor, last_pos: Tensor, next_use: Tensor,
-                    id_slot: Tensor, slot_next: Tensor, a: int, length: int, cap: int, trained: int) -> None:
-    announce_stock(uniq, ring, last_batch, last_pos, next_use, id_slot, slot_next, a, length, cap, trained)
-
-
-_cache_announce.register_kernel("cpu")(announce_cpu)
-
-
-@_cache_announce.register_fake
-def _(*args):
-    return None
-
-
-ANNOUNCE = register(Op("cache_announce", stock=announce_stock, cpu=announce_cpu, bitwise=frozenset({"cpu"}),
-                       custom_op=torch.ops.haloflow.cache_announce,
-                       doc="a lookahead directory told a batch to come: each row's next use, by a ring"))
+ANNOUNCE = declare("cache_announce", announce_stock, announce_cpu, lambda *args: None,
+                   mutates_args=("ring", "last_batch", "last_pos", "next_use", "slot_next"),
+                   doc="a lookahead directory told a batch to come: each row's next use, by a ring")
 
 
 def cache_announce(*args) -> None:
     """Tell a lookahead directory batch ``a``'s rows (module docstring); the arguments as ``announce_stock``'s."""
     call(ANNOUNCE, *args)
-
-
-OP = register(Op("cache_plan", stock=stock, cpu=cpu, bitwise=frozenset({"cpu"}), custom_op=torch.ops.haloflow.cache_plan,
-                 doc="a cache directory's plan for a batch: hits, victims, admissions, dirty write-back"))
 
 
 def cache_plan(*args) -> tuple[Tensor, Tensor, Tensor]:

@@ -24,7 +24,7 @@ import torch
 from numba import njit
 from torch import Tensor
 
-from haloflow.kernels._registry import Op, call, register, rows2d
+from haloflow.kernels._registry import call, declare, rows2d
 
 __all__ = ["cache_gather", "cache_scatter"]
 
@@ -81,38 +81,11 @@ def scatter_cpu(slots: Tensor, backing: Tensor, values: Tensor, slot: Tensor, un
              cached.numpy())
 
 
-@torch.library.custom_op("haloflow::cache_gather", mutates_args=())
-def _cache_gather(slots: Tensor, backing: Tensor, slot: Tensor, uniq: Tensor, fresh: Tensor) -> Tensor:
-    return gather_stock(slots, backing, slot, uniq, fresh)
-
-
-_cache_gather.register_kernel("cpu")(gather_cpu)
-
-
-@_cache_gather.register_fake
-def _(slots, backing, slot, uniq, fresh):
-    return slots.new_empty((uniq.shape[0], *slots.shape[1:]))
-
-
-@torch.library.custom_op("haloflow::cache_scatter", mutates_args=("slots", "backing"))
-def _cache_scatter(slots: Tensor, backing: Tensor, values: Tensor, slot: Tensor, uniq: Tensor, cached: Tensor) -> None:
-    scatter_stock(slots, backing, values, slot, uniq, cached)
-
-
-_cache_scatter.register_kernel("cpu")(scatter_cpu)
-
-
-@_cache_scatter.register_fake
-def _(*args):
-    return None
-
-
-GATHER = register(Op("cache_gather", stock=gather_stock, cpu=gather_cpu, bitwise=frozenset({"cpu"}),
-                     custom_op=torch.ops.haloflow.cache_gather,
-                     doc="a batch's rows read from their slot or from the backing rows"))
-SCATTER = register(Op("cache_scatter", stock=scatter_stock, cpu=scatter_cpu, bitwise=frozenset({"cpu"}),
-                      custom_op=torch.ops.haloflow.cache_scatter,
-                      doc="a batch's updated rows written to their slot or to the backing rows"))
+GATHER = declare("cache_gather", gather_stock, gather_cpu,
+                 lambda slots, backing, slot, uniq, fresh: slots.new_empty((uniq.shape[0], *slots.shape[1:])),
+                 doc="a batch's rows read from their slot or from the backing rows")
+SCATTER = declare("cache_scatter", scatter_stock, scatter_cpu, lambda *args: None, mutates_args=("slots", "backing"),
+                  doc="a batch's updated rows written to their slot or to the backing rows")
 
 
 def cache_gather(slots: Tensor, backing: Tensor, slot: Tensor, uniq: Tensor, fresh: Tensor) -> Tensor:

@@ -33,7 +33,7 @@ import torch
 from numba import njit
 from torch import Tensor
 
-from haloflow.kernels._registry import Op, call, register
+from haloflow.kernels._registry import call, declare
 
 __all__ = ["padded_unique", "table_rows"]
 
@@ -105,40 +105,12 @@ def cpu(x: Tensor, pad: int) -> tuple[Tensor, Tensor]:
     return uniq, inverse
 
 
-@torch.library.custom_op("haloflow::padded_unique", mutates_args=())
-def _padded_unique(x: Tensor, pad: int) -> tuple[Tensor, Tensor]:
-    return stock(x, pad)
-
-
-_padded_unique.register_kernel("cpu")(cpu)
-
-
-@_padded_unique.register_fake
-def _(x, pad):
-    return torch.empty_like(x), torch.empty_like(x, dtype=torch.int64)
-
-
-OP = register(Op("padded_unique", stock=stock, cpu=cpu, bitwise=frozenset({"cpu"}),
-                 custom_op=torch.ops.haloflow.padded_unique,
-                 doc="a batch's distinct ids padded to its length, and each id's place among them"))
-
-
-@torch.library.custom_op("haloflow::table_rows", mutates_args=())
-def _table_rows_op(ids: Tensor, lengths: Tensor, tables: Tensor, row_offsets: Tensor) -> Tensor:
-    return rows_stock(ids, lengths, tables, row_offsets)
-
-
-_table_rows_op.register_kernel("cpu")(rows_cpu)
-
-
-@_table_rows_op.register_fake
-def _(ids, lengths, tables, row_offsets):
-    return ids.new_empty(ids.shape, dtype=torch.promote_types(ids.dtype, row_offsets.dtype))
-
-
-ROWS = register(Op("table_rows", stock=rows_stock, cpu=rows_cpu, bitwise=frozenset({"cpu"}),
-                   custom_op=torch.ops.haloflow.table_rows,
-                   doc="a batch's ids as rows of tables laid end to end"))
+OP = declare("padded_unique", stock, cpu, lambda x, pad: (torch.empty_like(x), torch.empty_like(x, dtype=torch.int64)),
+             doc="a batch's distinct ids padded to its length, and each id's place among them")
+ROWS = declare("table_rows", rows_stock, rows_cpu,
+               lambda ids, lengths, tables, row_offsets: ids.new_empty(
+                   ids.shape, dtype=torch.promote_types(ids.dtype, row_offsets.dtype)),
+               doc="a batch's ids as rows of tables laid end to end")
 
 
 def table_rows(ids: Tensor, lengths: Tensor, tables: Tensor, row_offsets: Tensor) -> Tensor:

@@ -362,13 +362,16 @@ class ShardedEmbeddingCollection(nn.Module):
         empty = torch.empty(0, dtype=torch.int64)
         return LookupIds(torch.cat(lens or [empty]).to(dev), torch.cat(vals or [empty]).to(dev), sizes)
 
+    def _lookup_ids(self, upcoming: LookupIds | JaggedBatch) -> LookupIds:
+        return upcoming if isinstance(upcoming, LookupIds) else self.ahead_ids(upcoming)
+
     def prefetch(self, upcoming: LookupIds | JaggedBatch, *, background: bool = False) -> bool:
         """Plan the next batch's cache moves and carry them out now (``background``: in a thread) so that its
         lookup finds its rows on the device. ``upcoming``: its ``ahead_ids`` (a ``JaggedBatch``: one process's
         own batch). Returns whether it was planned (cached tables that ``can_prefetch``; else a no-op)."""
         if not self.can_prefetch:
             return False
-        ids = upcoming if isinstance(upcoming, LookupIds) else self.ahead_ids(upcoming)
+        ids = self._lookup_ids(upcoming)
         self._batch.prefetch(ids.values, ids.lengths, self._slots_of_bags(ids.sizes), background=background)
         return True
 
@@ -388,7 +391,7 @@ class ShardedEmbeddingCollection(nn.Module):
         the next batch looked up, at most its window + 1 ahead); ``upcoming`` as ``prefetch``'s. A no-op
         without a lookahead cache."""
         if self.looks_ahead:
-            ids = upcoming if isinstance(upcoming, LookupIds) else self.ahead_ids(upcoming)
+            ids = self._lookup_ids(upcoming)
             self._batch.announce(ids.values, ids.lengths, self._slots_of_bags(ids.sizes))
 
     def announce_through(self, batches: Sequence[JaggedBatch], told: int, step: int) -> int:
