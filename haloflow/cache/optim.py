@@ -26,6 +26,7 @@ from torch import Tensor
 
 from haloflow.cache.types import RowOptimizer
 from haloflow.errors import ConfigError
+from haloflow.kernels.sgd_update import sgd_update
 
 __all__ = ["SGD", "Adagrad", "RowWiseAdagrad", "make_optimizer", "apply_rows", "OPTIMIZERS"]
 
@@ -58,6 +59,13 @@ class SGD(RowOptimizer):
 
     def update(self, weight: Tensor, state: dict[str, Tensor], grad: Tensor) -> None:
         weight.add_(grad, alpha=-self.lr)  # (u, D)
+
+    def update_in_place(self, arrays: dict[str, Tensor], index: Tensor, grad: Tensor) -> bool:
+        weight = arrays["weight"]
+        if weight.device != grad.device:
+            return False
+        sgd_update(weight, index.to(weight.device), grad, self.lr)  # the same floats as ``update`` on copies
+        return True
 
     def config(self) -> dict:
         return {"name": self.name, **asdict(self)}
@@ -145,9 +153,13 @@ def make_optimizer(config: dict | RowOptimizer) -> RowOptimizer:
 def apply_rows(optimizer: RowOptimizer, arrays: dict[str, Tensor], index: Tensor, grad: Tensor) -> None:
     """Update rows ``index`` (u,) of ``arrays`` (``weight`` (N, D) and the state) with ``grad`` (u, D).
 
-    Gathers the u rows of every array to ``grad``'s device, updates them there, and writes them back: two passes
-    over u rows of each array. ``index`` must not repeat (a repeated row would be written twice, the last wins).
+    Where the optimizer updates rows where they are (``update_in_place``: SGD), one pass; otherwise gathers the u
+    rows of every array to ``grad``'s device, updates them there, and writes them back: two passes over u rows of
+    each array. ``index`` must not repeat (a repeated row would be written twice, the last wins), but for rows
+    whose gradient is zero (a padded batch's pad row).
     """
+    if optimizer.update_in_place(arrays, index, grad):
+        return
     dev = grad.device
     idx = index.to(arrays["weight"].device)
     rows = {k: a.index_select(0, idx).to(dev) for k, a in arrays.items()}  # (u, ...) copies

@@ -85,6 +85,11 @@ class RowOptimizer(abc.ABC):
     def config(self) -> dict:
         """Plain values that rebuild this optimizer with `haloflow.cache.optim.make_optimizer`."""
 
+    def update_in_place(self, arrays: dict[str, Tensor], index: Tensor, grad: Tensor) -> bool:
+        """Update rows ``index`` (u,) of ``arrays`` where they are, if this optimizer has a way to (then True);
+        False: `haloflow.cache.optim.apply_rows` gathers the rows, calls ``update`` and writes them back."""
+        return False
+
 
 class CachePolicy(abc.ABC):
     """Which rows deserve a slot. One object per table; scores are per row id, higher = more worth keeping.

@@ -52,7 +52,9 @@ def stock_backward(grad: Tensor, v: Tensor, flat: Tensor) -> tuple[Tensor, Tenso
     g.index_copy_(1, flat, grad[:, D:])  # strictly lower triangle
     g = g.view(B, n, n)
     grad_v = torch.baddbmm(torch.bmm(g, v), g.transpose(1, 2), v)  # (G + G^T) v, (B, n, D)
-    return grad_v[:, 0] + grad[:, :D], grad_v[:, 1:].contiguous()
+    # grad pooled (B, T, D) laid out as (T, B, D): the tables' pooled rows are views of that layout (one table's
+    # bags, or a table-major lookup's), so their gradient reaches each table without another copy
+    return grad_v[:, 0] + grad[:, :D], grad_v[:, 1:].transpose(0, 1).contiguous().transpose(0, 1)
 
 
 @torch.library.custom_op("haloflow::interaction", mutates_args=())
@@ -74,7 +76,7 @@ def _interaction_backward(grad: Tensor, v: Tensor, flat: Tensor) -> tuple[Tensor
 @_interaction_backward.register_fake
 def _(grad, v, flat):
     B, n, D = v.shape
-    return v.new_empty(B, D), v.new_empty(B, n - 1, D)
+    return v.new_empty(B, D), v.new_empty(n - 1, B, D).transpose(0, 1)
 
 
 def _setup(ctx, inputs, output):

@@ -323,6 +323,17 @@ def _returns(body, args):
     return list(out) if isinstance(out, tuple) else [out]
 
 
+def sgd_update_inputs(dtype):
+    """37 distinct rows of 50 (a length no vector width divides), then the pad row 50 three times with zero
+    gradients, as ``padded_unique`` pads a batch: ``sgd_update``'s arguments."""
+    weight = torch.randn(51, 5, generator=_gen(61), dtype=dtype)
+    weight[50] = 0.0
+    index = torch.cat([torch.randperm(50, generator=_gen(62))[:37], torch.full((3,), 50)])
+    grad = torch.randn(40, 5, generator=_gen(63), dtype=dtype) * 7
+    grad[37:] = 0.0
+    return (weight, index, grad, 0.1)
+
+
 def _in_place(position: int):
     """Run a body that writes into args[position] (a tensor, or a list/tuple of them) on a copy; return it."""
     def run(body, args):
@@ -368,6 +379,7 @@ CASES = [
     Case("table_rows", table_rows_inputs),
     Case("bag_row_grads", bag_grads_inputs, grad_inputs=()),
     Case("cache_scatter", scatter_inputs, run=run_scatter),
+    Case("sgd_update", sgd_update_inputs, run=_in_place(0)),
 ]
 BY_NAME = {c.op: c for c in CASES}
 
