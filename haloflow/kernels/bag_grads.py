@@ -24,9 +24,10 @@ Bodies (the same additions in the same order, bit for bit):
 from __future__ import annotations
 
 import torch
-from numba import njit
+from numba import njit, prange
 from torch import Tensor
 
+from haloflow.host.threads import follow_torch_threads
 from haloflow.kernels._registry import call, declare
 
 __all__ = ["bag_row_grads"]
@@ -40,29 +41,50 @@ def stock(grad: Tensor, inverse: Tensor, lengths: Tensor, num_rows: int) -> Tens
 
 
 @njit(cache=True)
-def _accumulate(grad, inverse, lengths, out):  # pragma: no cover - compiled
-    D, R = grad.shape[1], out.shape[0]
-    p = 0
+def _valid(inverse, lengths, num_rows):  # pragma: no cover - compiled
+    total = 0
     for j in range(lengths.shape[0]):
-        if lengths[j] < 0 or p + lengths[j] > inverse.shape[0]:
+        if lengths[j] < 0:
             return False
-        for _ in range(lengths[j]):
-            r = inverse[p]
-            if r < 0 or r >= R:
-                return False
+        total += lengths[j]
+    if total != inverse.shape[0]:
+        return False
+    for p in range(inverse.shape[0]):
+        if inverse[p] < 0 or inverse[p] >= num_rows:
+            return False
+    return True
+
+
+@njit(parallel=True, cache=True)
+def _accumulate(grad, inverse, lengths, out, parts):  # pragma: no cover - compiled
+    # part t owns rows [t R / parts, (t + 1) R / parts) and walks every occurrence in order, adding those of its
+    # rows: each row's additions run in the occurrences' order, on one thread, whatever the thread count
+    D, R = grad.shape[1], out.shape[0]
+    for t in prange(parts):
+        lo, hi = t * R // parts, (t + 1) * R // parts
+        for r in range(lo, hi):
             for d in range(D):
-                out[r, d] += grad[j, d]
-            p += 1
-    return p == inverse.shape[0]
+                out[r, d] = 0.0
+        p = 0
+        for j in range(lengths.shape[0]):
+            for _ in range(lengths[j]):
+                r = inverse[p]
+                if lo <= r < hi:
+                    for d in range(D):
+                        out[r, d] += grad[j, d]
+                p += 1
 
 
 def cpu(grad: Tensor, inverse: Tensor, lengths: Tensor, num_rows: int) -> Tensor:
     if grad.requires_grad or grad.shape[0] != lengths.shape[0]:  # a graph wanted (double backward), or a
         # mismatch the stock formula reports
         return stock(grad, inverse, lengths, num_rows)
-    out = torch.zeros(num_rows, grad.shape[1], dtype=grad.dtype)
-    if not _accumulate(grad.contiguous().numpy(), inverse.numpy(), lengths.numpy(), out.numpy()):
+    inv, lens = inverse.numpy(), lengths.numpy()
+    if not _valid(inv, lens, num_rows):
         return stock(grad, inverse, lengths, num_rows)  # lengths or a row out of range: the stock formula's error
+    out = torch.empty(num_rows, grad.shape[1], dtype=grad.dtype)
+    follow_torch_threads()
+    _accumulate(grad.contiguous().numpy(), inv, lens, out.numpy(), torch.get_num_threads())
     return out
 
 

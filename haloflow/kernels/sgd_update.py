@@ -4,10 +4,13 @@
 
     weight[index[k]] += -lr * grad[k]      k = 0..u-1; weight (N, D), index (u,), grad (u, D), in place
 
-``index`` holds distinct rows, but for rows whose gradient is zero (a padded batch's pad row, ``padded_unique``).
+``index`` holds distinct rows, but for repeats whose gradient is zero, next to each other (a padded batch's pad
+row, ``padded_unique``).
 
 Bodies: stock, the rows gathered, ``add_(grad, alpha=-lr)`` and written back (two random passes over u rows and a
-(u, D) copy), on any device; CPU (numba), one pass that updates each row where it is. torch's ``add_`` with
+(u, D) copy), on any device; CPU (numba), one parallel pass that updates each row where it is, once (a repeat is
+skipped: its zero gradient would leave the row as it is; the pads had made a chain of dependent writes to one
+row). A row is written by one thread, so the bits do not depend on the thread count. torch's ``add_`` with
 ``alpha`` is a fused multiply-add on the CPU (``vec::fmadd``, and the scalar tail contracted alike): the body
 calls LLVM's ``fma`` (one rounding), so it gives the stock formula's bits (a multiply and an add rounded apart
 differ in ~9 % of the elements: the test would see it). On a CPU without FMA instructions LLVM's ``fma`` is still
@@ -20,10 +23,11 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from numba import njit, types
+from numba import njit, prange, types
 from numba.extending import intrinsic
 from torch import Tensor
 
+from haloflow.host.threads import follow_torch_threads
 from haloflow.kernels._registry import call, declare, rows2d
 
 __all__ = ["sgd_update"]
@@ -51,12 +55,19 @@ def _in_range(index, n):  # pragma: no cover - compiled
     return True
 
 
-@njit(cache=True)
+_CHUNK = 256  # rows a parallel task takes
+
+
+@njit(parallel=True, cache=True)
 def _update(weight, index, grad, alpha):  # pragma: no cover - compiled
-    for k in range(index.shape[0]):
-        r = index[k]
-        for d in range(weight.shape[1]):
-            weight[r, d] = _fma32(grad[k, d], alpha, weight[r, d])
+    n = index.shape[0]
+    for c in prange((n + _CHUNK - 1) // _CHUNK):
+        for k in range(c * _CHUNK, min(n, (c + 1) * _CHUNK)):
+            r = index[k]
+            if k > 0 and index[k - 1] == r:  # a repeat (the pads): its gradient is zero, the row is done
+                continue
+            for d in range(weight.shape[1]):
+                weight[r, d] = _fma32(grad[k, d], alpha, weight[r, d])
 
 
 def cpu(weight: Tensor, index: Tensor, grad: Tensor, lr: float) -> None:
@@ -64,6 +75,7 @@ def cpu(weight: Tensor, index: Tensor, grad: Tensor, lr: float) -> None:
             or not weight.is_contiguous() or weight.requires_grad or grad.requires_grad or index.dtype not in (torch.int32, torch.int64)
             or not _in_range(index.numpy(), weight.shape[0])):
         return stock(weight, index, grad, lr)  # its errors, its values
+    follow_torch_threads()
     _update(rows2d(weight), index.numpy(), rows2d(grad.contiguous()), np.float32(-lr))
 
 
