@@ -21,7 +21,7 @@ CPU body and a GPU body registered beside it. The models call these ops and read
     padded_unique      stable sort, cumsum, scatter         np.sort of packed keys stock         haloflow::padded_unique
       table_rows       index_select, repeat_interleave      numba, one pass        stock         haloflow::table_rows
     bag_row_grads      repeat_interleave, index_add_        numba, in order        stock         haloflow::bag_row_grads
-    sgd_update         index_select, add_, index_copy_      numba, fma in place    stock         haloflow::sgd_update
+    sgd_update         index_select, add_, index_copy_      numba fma, in place    stock         haloflow::sgd_update
     (each differentiable ``haloflow::<op>`` has a ``<op>_backward`` op beside it, with the same bodies; the cache
     and table ops above need none)
 
