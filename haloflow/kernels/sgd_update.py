@@ -72,10 +72,16 @@ def _update(weight, index, grad, alpha):  # pragma: no cover - compiled
                 weight[r, d] = _fma32(grad[k, d], alpha, weight[r, d])
 
 
+def _compiled_takes(weight: Tensor, index: Tensor, grad: Tensor) -> bool:
+    """float32 rows, contiguous and without a graph, ids of an integer type in range, shapes that agree."""
+    return (weight.dtype == grad.dtype == torch.float32 and weight.dim() == grad.dim() == 2 and index.dim() == 1
+            and grad.shape == (index.shape[0], weight.shape[1]) and weight.is_contiguous()
+            and not (weight.requires_grad or grad.requires_grad) and index.dtype in (torch.int32, torch.int64)
+            and _in_range(index.numpy(), weight.shape[0]))
+
+
 def cpu(weight: Tensor, index: Tensor, grad: Tensor, lr: float) -> None:
-    if (weight.dtype != torch.float32 or grad.dtype != torch.float32 or weight.dim() != 2 or grad.dim() != 2
-            or not weight.is_contiguous() or weight.requires_grad or grad.requires_grad or index.dtype not in (torch.int32, torch.int64)
-            or not _in_range(index.numpy(), weight.shape[0])):
+    if not _compiled_takes(weight, index, grad):
         return stock(weight, index, grad, lr)  # its errors, its values
     follow_torch_threads()
     _update(rows2d(weight), index.numpy(), rows2d(grad.contiguous()), np.float32(-lr))

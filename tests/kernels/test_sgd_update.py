@@ -48,3 +48,12 @@ def test_an_index_out_of_range_gets_torchs_error_and_changes_nothing():
     with pytest.raises(IndexError):
         cpu(weight, index, grad, 0.1)
     assert torch.equal(weight, before)
+
+
+def test_a_gradient_of_another_shape_gets_torchs_error_not_a_read_past_its_end():
+    weight, index, grad = _batch(10)
+    before = weight.clone()
+    for bad in (grad[:9], torch.zeros(10, 8)):
+        with pytest.raises(RuntimeError):
+            cpu(weight, index, bad, 0.1)
+    assert torch.equal(weight, before)
