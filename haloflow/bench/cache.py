@@ -52,7 +52,6 @@ from haloflow.cache import (Adagrad, BackingStore, CachedEmbeddingBag, CachedSto
                             simulate)
 from haloflow.cache.batched import pooled_sum
 from haloflow.cache.batched_cache import simulate_tables
-from haloflow.cache.optim import apply_rows
 from haloflow.cache.policy import DEFAULT_WINDOW
 from haloflow.data.criteo import KAGGLE_TABLE_SIZES
 from haloflow.data.paths import data_root
@@ -160,7 +159,7 @@ def _reader_phase(reader: str, folder: str, rows: int, steps: int, batch: int, a
                 w = arrays["weight"][uniq].requires_grad_()  # (u, D)
                 pooled = pooled_sum(w, inverse, bag_bounds)  # a row's gradient summed in order, as the stores
                 (pooled * grads).sum().backward()
-                apply_rows(opt, arrays, uniq, w.grad)
+                opt.apply_rows(arrays, uniq, w.grad)
     else:
         budget = _budget(rows)
         # Mapped file pages this process keeps (its RSS beyond the slots): a quarter of the slots' budget.
@@ -200,7 +199,7 @@ def _warm_up(opt) -> None:
     uniq, inverse = torch.unique(ids, return_inverse=True)
     w = arrays["weight"][uniq].requires_grad_()
     torch.nn.functional.embedding_bag(inverse, w, torch.arange(3), mode="sum").sum().backward()
-    apply_rows(opt, arrays, uniq, w.grad)
+    opt.apply_rows(arrays, uniq, w.grad)
     w = arrays["weight"][uniq].requires_grad_()
     pooled_sum(w, inverse, torch.tensor([0, 1, 3])).sum().backward()  # the memmap reader's (kernels.bag_grads)
 

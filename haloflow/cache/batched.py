@@ -30,7 +30,6 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from haloflow.cache.memory import check_state_dict
-from haloflow.cache.optim import apply_rows
 from haloflow.cache.types import RowOptimizer
 from haloflow.errors import ConfigError
 from haloflow.kernels.bag_grads import bag_row_grads
@@ -169,7 +168,7 @@ class BatchedTables:
         pending, self._pending = self._pending, []
         for uniq, holder in pending:
             if holder:
-                apply_rows(self.optimizer, self.arrays, uniq, holder[0])
+                self.optimizer.apply_rows(self.arrays, uniq, holder[0])
 
     def state_dict(self) -> dict[str, Tensor]:
         """Every table's rows end to end (the pad row left out), shared: clone to snapshot."""
@@ -211,7 +210,7 @@ class TableRows:
         self.batch.flush()
         arrays = self.batch.arrays
         dev = arrays["weight"].device
-        apply_rows(self.optimizer, arrays, self._ids(ids).to(dev), grads.to(dev))
+        self.optimizer.apply_rows(arrays, self._ids(ids).to(dev), grads.to(dev))
         self.batch.load_rows(self._lo, self._lo, {k: a[:0] for k, a in arrays.items()})  # a cache starts over
 
     def flush(self) -> None:

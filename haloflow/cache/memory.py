@@ -15,7 +15,6 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from haloflow.cache.optim import apply_rows
 from haloflow.cache.types import RowOptimizer
 from haloflow.errors import ConfigError
 
@@ -57,7 +56,7 @@ class MemoryStore:
         return self.arrays["weight"].index_select(0, ids.to(self.device))  # (n, D)
 
     def apply_gradients(self, ids: Tensor, grads: Tensor) -> None:
-        apply_rows(self.optimizer, self.arrays, ids.to(self.device), grads.to(self.device))
+        self.optimizer.apply_rows(self.arrays, ids.to(self.device), grads.to(self.device))
 
     def flush(self) -> None:
         pass

@@ -28,7 +28,7 @@ from haloflow.cache.types import RowOptimizer
 from haloflow.errors import ConfigError
 from haloflow.kernels.sgd_update import sgd_update
 
-__all__ = ["SGD", "Adagrad", "RowWiseAdagrad", "make_optimizer", "apply_rows", "OPTIMIZERS"]
+__all__ = ["SGD", "Adagrad", "RowWiseAdagrad", "make_optimizer", "OPTIMIZERS"]
 
 
 def _check(cls: str, lr: float, eps: float | None = None, init: float | None = None) -> None:
@@ -60,12 +60,12 @@ class SGD(RowOptimizer):
     def update(self, weight: Tensor, state: dict[str, Tensor], grad: Tensor) -> None:
         weight.add_(grad, alpha=-self.lr)  # (u, D)
 
-    def update_in_place(self, arrays: dict[str, Tensor], index: Tensor, grad: Tensor) -> bool:
+    def apply_rows(self, arrays: dict[str, Tensor], index: Tensor, grad: Tensor) -> None:
+        """In place, one pass (``haloflow::sgd_update``): the floats of ``update`` on gathered copies."""
         weight = arrays["weight"]
         if weight.device != grad.device:
-            return False
-        sgd_update(weight, index.to(weight.device), grad, self.lr)  # the same floats as ``update`` on copies
-        return True
+            return super().apply_rows(arrays, index, grad)
+        sgd_update(weight, index.to(weight.device), grad, self.lr)
 
     def config(self) -> dict:
         return {"name": self.name, **asdict(self)}
@@ -148,23 +148,3 @@ def make_optimizer(config: dict | RowOptimizer) -> RowOptimizer:
         return OPTIMIZERS[name](**kwargs)
     except TypeError as err:
         raise ConfigError(f"optimizer {name!r}: {err}", field="optimizer") from None
-
-
-def apply_rows(optimizer: RowOptimizer, arrays: dict[str, Tensor], index: Tensor, grad: Tensor) -> None:
-    """Update rows ``index`` (u,) of ``arrays`` (``weight`` (N, D) and the state) with ``grad`` (u, D).
-
-    Where the optimizer updates rows where they are (``update_in_place``: SGD), one pass; otherwise gathers the u
-    rows of every array to ``grad``'s device, updates them there, and writes them back: two passes over u rows of
-    each array. ``index`` must not repeat (a repeated row would be written twice, the last wins), but for rows
-    whose gradient is zero (a padded batch's pad row).
-    """
-    if optimizer.update_in_place(arrays, index, grad):
-        return
-    dev = grad.device
-    idx = index.to(arrays["weight"].device)
-    rows = {k: a.index_select(0, idx).to(dev) for k, a in arrays.items()}  # (u, ...) copies
-    weight = rows.pop("weight")
-    optimizer.update(weight, rows, grad)
-    rows["weight"] = weight
-    for k, a in arrays.items():
-        a.index_copy_(0, idx, rows[k].to(a.device))

@@ -68,7 +68,8 @@ class RowOptimizer(abc.ABC):
     """A sparse optimizer whose state lives with the rows: ``update`` sees only the rows being updated.
 
     ``state_spec`` names each per-row state array, its per-row shape and its initial value; a store allocates
-    ``(N, *shape)`` of each beside the weights. ``update`` works in place on row copies gathered by the store.
+    ``(N, *shape)`` of each beside the weights. A store calls ``apply_rows``, which by default gathers the rows,
+    ``update``s the copies in place and writes them back.
     """
 
     name: str
@@ -85,10 +86,22 @@ class RowOptimizer(abc.ABC):
     def config(self) -> dict:
         """Plain values that rebuild this optimizer with `haloflow.cache.optim.make_optimizer`."""
 
-    def update_in_place(self, arrays: dict[str, Tensor], index: Tensor, grad: Tensor) -> bool:
-        """Update rows ``index`` (u,) of ``arrays`` where they are, if this optimizer has a way to (then True);
-        False: `haloflow.cache.optim.apply_rows` gathers the rows, calls ``update`` and writes them back."""
-        return False
+    def apply_rows(self, arrays: dict[str, Tensor], index: Tensor, grad: Tensor) -> None:
+        """Update rows ``index`` (u,) of ``arrays`` (``weight`` (N, D) and the state) with ``grad`` (u, D).
+
+        Here: gathers the u rows of every array to ``grad``'s device, ``update``s them there and writes them back
+        (two passes over u rows of each array); an optimizer with a way to update rows where they are overrides
+        it (SGD). ``index`` must not repeat (a repeated row would be written twice, the last wins), but for
+        repeats whose gradient is zero, next to each other (a padded batch's pad row).
+        """
+        dev = grad.device
+        idx = index.to(arrays["weight"].device)
+        rows = {k: a.index_select(0, idx).to(dev) for k, a in arrays.items()}  # (u, ...) copies
+        weight = rows.pop("weight")
+        self.update(weight, rows, grad)
+        rows["weight"] = weight
+        for k, a in arrays.items():
+            a.index_copy_(0, idx, rows[k].to(a.device))
 
 
 class CachePolicy(abc.ABC):
