@@ -40,9 +40,11 @@ Bodies (the same decisions and state, bit for bit: ties broken by position in bo
 
 - stock: ~45 torch ops (a stable ``sort`` of the window's keys, not ``topk``, whose ties are unordered), any
   device;
-- CPU: two numba passes, the batch's rows and the window's keys, then the decisions for the m coldest slots
-  (m: the misses) found with NumPy's partition between them (numba's own took ~80 us at C = 13 k, NumPy's ~11 us);
-  the write-back as row copies of the dirty victims only.
+- CPU: two numba passes, the batch's rows and the window's keys (selects, not branches: a branch on a slot's
+  data mispredicts), then the decisions for the m coldest slots (m: the misses) found with NumPy's partition
+  between them (numba's own took ~80 us at C = 13 k, NumPy's ~11 us; a max-heap of the m coldest in the keys'
+  pass, tried 2026-12-07, was no faster: ~100 us warm at the bench's batch 128); the write-back as row copies of
+  the dirty victims only.
 """
 
 from __future__ import annotations
@@ -164,6 +166,33 @@ def _score(row, score, next_use, now, policy):  # pragma: no cover - compiled
 
 
 @njit(cache=True)
+def _window_keys(slot_id, last_use, slot_score, slot_next, start, C, pinned_from, now, policy, keys,
+                 wslots):  # pragma: no cover - compiled
+    """The keys of the window's C slots, from ``start`` round the cache, in two straight runs (before and after
+    the wrap) of selects, not branches: a slot's key depends on its data, which a branch would mispredict (the
+    branching loop took 72 us at C = 13 k for lookahead's keys, this one 19)."""
+    S = slot_id.shape[0] - 1
+    first = min(C, S - start)
+    for part in range(2):
+        lo, off = (start, 0) if part == 0 else (0, first)
+        n = first if part == 0 else C - first
+        for j in range(n):
+            w = lo + j
+            wslots[off + j] = w
+            if policy == 0:
+                k = last_use[w]
+            else:
+                k = slot_score[w]
+                if policy >= 3:
+                    f = min(k, FREQ_CAP)
+                    nu = slot_next[w]
+                    d = min(nu - now, MAX_AHEAD)
+                    k = ((1 << 56) - d * (1 << 36) + f) if (nu > now) & (nu != NEVER) else f
+                k = -2 if slot_id[w] < 0 else k
+            keys[off + j] = NEVER if last_use[w] >= pinned_from else k
+
+
+@njit(cache=True)
 def _plan_keys(uniq, id_slot, slot_id, last_use, score, next_use, slot_score, slot_next, ring, counts, hand, C,
                clock, pinned_from, now, policy, admit_misses, out_slot, out_hit, out_cached, order,
                keys, wslots):  # pragma: no cover - compiled
@@ -207,20 +236,7 @@ def _plan_keys(uniq, id_slot, slot_id, last_use, score, next_use, slot_score, sl
         for j in range(nm):
             ms[j] = -_score(uniq[order[j]], score, next_use, now, policy)
         order[:nm] = order[:nm][np.argsort(ms, kind="mergesort")]
-    w = hand % S
-    for j in range(C):  # slots hand, hand + 1, ... round the cache (C <= S)
-        if w == S:
-            w = 0
-        wslots[j] = w
-        if last_use[w] >= pinned_from:
-            keys[j] = NEVER
-        elif policy == 0:
-            keys[j] = last_use[w]
-        elif slot_id[w] < 0:
-            keys[j] = -2
-        else:
-            keys[j] = _score(w, slot_score, slot_next, now, policy)
-        w += 1
+    _window_keys(slot_id, last_use, slot_score, slot_next, hand % S, C, pinned_from, now, policy, keys, wslots)
     return nm
 
 
