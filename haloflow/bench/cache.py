@@ -377,8 +377,13 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     bad = [x for x in args.dlrm_policy.split(",") if x.strip() not in ("lru", "lfu", "lookahead")]
     if bad or not args.dlrm_policy.strip():
         p.error(f"--dlrm-policy {args.dlrm_policy!r}: expected some of lru, lfu, lookahead, comma-separated")
+    # MKL rounds as the trainer has it (its strict reproducible mode, set before any product): the DLRM part's
+    # claim that every cached run trains the floats of all-in-memory is then not at MKL's mercy (one run of nine
+    # on 2026-12-07, without it, read False for all four cached contestants at once, and nine more did not)
+    from haloflow.host.threads import reproducible_blas
+
     rng = np.random.default_rng(args.seed)
-    report: dict = {"args": vars(args), "fractions": FRACTIONS}
+    report: dict = {"args": vars(args), "fractions": FRACTIONS, "reproducible_blas": reproducible_blas()}
 
     if "hits" in parts:
         _hit_rate_part(args, rng, report)
