@@ -141,7 +141,7 @@ class CachedTables(BatchedTables):
         self.row_offsets = self.row_offsets.to(dev)
         self.clock = 0  # plans made (a host counter: no device value is read for it)
         self._hand = 0  # where the next plan's window of candidate victims starts
-        self._pending_rows: list[tuple] = []  # (uniq, slot, fresh, cached, rows, plan clock) of lookups not yet
+        self._pending_rows: list[tuple] = []  # (uniq, slot, hit, cached, rows, plan clock) of lookups not yet
         # updated
         self._prefetched: tuple | None = None  # ((ids, lengths, tables), uniq, inverse, slot, hit, cached, clock)
         self._thread: threading.Thread | None = None  # a prefetch in the background
@@ -317,12 +317,12 @@ class CachedTables(BatchedTables):
             slot, hit, cached = self._plan(uniq, self._pinned_from(), admit_misses=train, ring=ring)
             planned_at = self.clock
         # a row's values are in its slot unless it was admitted and no update has written it there yet (read
-        # now, not at the plan: a prefetch plans before the batch before it is updated)
-        fresh = hit & ~self.pending.index_select(0, slot)
-        rows = cache_gather(self.slots["weight"], self.backing["weight"], slot, uniq, fresh)  # (u, D)
+        # now, not at the plan: a prefetch plans before the batch before it is updated; ``pending`` is the same at
+        # this batch's update, since a later plan never takes a slot of a batch not yet updated)
+        rows = cache_gather(self.slots["weight"], self.backing["weight"], slot, uniq, hit, self.pending)  # (u, D)
         rows.requires_grad_(train)  # a leaf: the rows' gradients sum here
         if train:
-            self._pending_rows.append((uniq, slot, fresh, cached, rows, planned_at))
+            self._pending_rows.append((uniq, slot, hit, cached, rows, planned_at))
         offsets = torch.zeros(lengths.numel() + 1, dtype=torch.int64, device=dev)
         torch.cumsum(lengths, 0, out=offsets[1:])
         return pooled_sum(rows, inverse, offsets, lengths)  # (n, D)
@@ -330,21 +330,20 @@ class CachedTables(BatchedTables):
     def step(self) -> None:
         """The row optimizer on every pending lookup's rows, read where they are (slot or backing rows), written
         where they belong: a cached row (hit or just admitted) into its slot, marked dirty; an overflow row
-        into the backing rows. One update of the u rows; ``kernels.cache_rows`` reads and writes them (one op
-        per array each way)."""
+        into the backing rows. One update of the u rows; ``kernels.cache_rows`` reads them (one op per state
+        array: the weight was read at the lookup) and writes every array and marks the slots in one op."""
         pending, self._pending_rows = self._pending_rows, []
-        for uniq, slot, fresh, cached, rows, _ in pending:
+        for uniq, slot, hit, cached, rows, _ in pending:
             if rows.grad is None:
                 continue
-            state = {k: cache_gather(a, self.backing[k], slot, uniq, fresh) for k, a in self.slots.items()
+            state = {k: cache_gather(a, self.backing[k], slot, uniq, hit, self.pending) for k, a in self.slots.items()
                      if k != "weight"}
             weight = rows.detach()  # (u, D) read at the lookup; no longer needed by autograd: updated in place
             self.optimizer.update(weight, state, rows.grad)
             state["weight"] = weight
-            for k, a in self.slots.items():
-                cache_scatter(a, self.backing[k], state[k], slot, uniq, cached)
-            self.dirty.index_fill_(0, slot, True)
-            self.pending.index_fill_(0, slot, False)
+            keys = list(self.slots)
+            cache_scatter([self.slots[k] for k in keys], [self.backing[k] for k in keys], [state[k] for k in keys],
+                          slot, uniq, cached, self.dirty, self.pending)
 
     # ------------------------------------------------------------------------------------------ state
     def flush(self) -> None:

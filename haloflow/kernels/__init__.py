@@ -17,7 +17,7 @@ CPU body and a GPU body registered beside it. The models call these ops and read
     cache_plan         gathers, stable sort, indexed writes numba, np.partition    stock         haloflow::cache_plan
       cache_announce   indexed writes into a ring           numba                  stock         haloflow::cache_announce
       cache_gather     two index_select, where              numba row copies       stock         haloflow::cache_gather
-      cache_scatter    two index_copy_                      numba row copies       stock         haloflow::cache_scatter
+      cache_scatter    index_copy_ per array, index_fill_   numba row copies       stock         haloflow::cache_scatter
     padded_unique      stable sort, cumsum, scatter         np.sort of packed keys stock         haloflow::padded_unique
       table_rows       index_select, repeat_interleave      numba, one pass        stock         haloflow::table_rows
     bag_row_grads      repeat_interleave, index_add_        numba, in order        stock         haloflow::bag_row_grads

@@ -260,32 +260,41 @@ def run_announce(body, args):
 
 def rows_inputs(dtype, seed=55):
     """A cache's slots (S = 10) and backing rows (R = 50, width 4) and a batch of 9 distinct rows padded with R: 5
-    in slots (4 of them fresh), 4 not; ``cache_gather``'s arguments."""
+    in slots (hits; 4 of them fresh, the fifth's slot pending), 4 not; ``cache_gather``'s arguments."""
     g = _gen(seed)
     S, R, u = 10, 50, 12
     uniq = torch.cat([torch.sort(torch.randperm(R, generator=g)[:9]).values, torch.full((u - 9,), R)])
     slot = torch.full((u,), S)
     slot[:5] = torch.randperm(S, generator=g)[:5]
-    fresh = torch.zeros(u, dtype=torch.bool)
-    fresh[:4] = True
+    hit = torch.zeros(u, dtype=torch.bool)
+    hit[:5] = True
+    pending = torch.zeros(S + 1, dtype=torch.bool)
+    pending[slot[4]] = True  # admitted, not yet written: read from the backing rows
+    pending[S] = True  # the pad slot's flag says nothing
     return (torch.randn(S + 1, 4, generator=g, dtype=dtype), torch.randn(R + 1, 4, generator=g, dtype=dtype),
-            slot, uniq, fresh)
+            slot, uniq, hit, pending)
 
 
 def scatter_inputs(dtype):
     """``rows_inputs``' cache and batch, updated values of its rows, and which of them go to slots (the 5 in
     slots): ``cache_scatter``'s arguments."""
-    slots, backing, slot, uniq, fresh = rows_inputs(dtype)
-    values = torch.randn(uniq.shape[0], 4, generator=_gen(56), dtype=dtype)
-    return (slots, backing, values, slot, uniq, slot < slots.shape[0] - 1)
+    slots, backing, slot, uniq, hit, pending = rows_inputs(dtype)
+    S, R, u = slots.shape[0] - 1, backing.shape[0] - 1, uniq.shape[0]
+    values = torch.randn(u, 4, generator=_gen(56), dtype=dtype)
+    state = (torch.rand(S + 1, generator=_gen(57), dtype=dtype), torch.rand(R + 1, generator=_gen(58), dtype=dtype),
+             torch.rand(u, generator=_gen(59), dtype=dtype))  # a row-wise state: one value a row
+    dirty = torch.rand(S + 1, generator=_gen(60)) < 0.5
+    return ([slots, state[0]], [backing, state[1]], [values, state[2]], slot, uniq, slot < S, dirty, pending)
 
 
 def run_scatter(body, args):
-    """A scatter on copies: the real slots and backing rows (the pads hold whatever the padded writes left)."""
-    slots, backing, *rest = args
-    slots, backing = slots.clone(), backing.clone()
-    body(slots, backing, *rest)
-    return [slots[:-1], backing[:-1]]
+    """A scatter on copies: the real slots and backing rows (the pads hold whatever the padded writes left), and
+    the real slots' marks."""
+    slots, backing, values, slot, uniq, cached, dirty, pending = args
+    slots, backing = [t.clone() for t in slots], [t.clone() for t in backing]
+    dirty, pending = dirty.clone(), pending.clone()
+    body(slots, backing, values, slot, uniq, cached, dirty, pending)
+    return [t[:-1] for t in slots] + [t[:-1] for t in backing] + [dirty[:-1], pending[:-1]]
 
 
 def unique_inputs(dtype):
