@@ -55,6 +55,7 @@ from haloflow.cache.batched_cache import simulate_tables
 from haloflow.cache.policy import DEFAULT_WINDOW
 from haloflow.data.criteo import KAGGLE_TABLE_SIZES
 from haloflow.data.paths import data_root
+from haloflow.host.threads import reproducible_blas
 from haloflow.utils.atomic import atomic_write_text
 from haloflow.utils.memory import current_rss_bytes, format_bytes, peak_rss_bytes, reset_peak_rss
 from haloflow.utils.progress import progress_bar
@@ -380,8 +381,6 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     # MKL rounds as the trainer has it (its strict reproducible mode, set before any product): the DLRM part's
     # claim that every cached run trains the floats of all-in-memory is then not at MKL's mercy (one run of nine
     # on 2026-12-07, without it, read False for all four cached contestants at once, and nine more did not)
-    from haloflow.host.threads import reproducible_blas
-
     rng = np.random.default_rng(args.seed)
     report: dict = {"args": vars(args), "fractions": FRACTIONS, "reproducible_blas": reproducible_blas()}
 

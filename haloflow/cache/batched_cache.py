@@ -341,8 +341,7 @@ class CachedTables(BatchedTables):
             weight = rows.detach()  # (u, D) read at the lookup; no longer needed by autograd: updated in place
             self.optimizer.update(weight, state, rows.grad)
             state["weight"] = weight
-            keys = list(self.slots)
-            cache_scatter([self.slots[k] for k in keys], [self.backing[k] for k in keys], [state[k] for k in keys],
+            cache_scatter(list(self.slots.values()), list(self.backing.values()), [state[k] for k in self.slots],
                           slot, uniq, cached, self.dirty, self.pending)
 
     # ------------------------------------------------------------------------------------------ state
