@@ -5,8 +5,9 @@ FBGEMM's table-batched embedding (TBE, what TorchRec runs) in torch ops::
     table t's row i  ->  row offsets[t] + i of one array set      weight (R + 1, D), state (R + 1, ...)
                                                                    row R: a spare row no id names ("pad")
     lookup(ids, lengths, tables)      ids (nnz,) local to their bag's table, lengths (n,) and tables (n,) per bag
-        rows  = ids + offsets[tables of their bags]                (nnz,)
-        uniq, inverse = padded_unique(rows, pad=R)                 (nnz,) distinct rows, then R; (nnz,)
+        rows, uniq, inverse = table_unique(ids, lengths, tables, offsets, pad=R), one op for:
+          rows  = ids + offsets[tables of their bags]              (nnz,)
+          uniq, inverse = padded_unique(rows, pad=R)               (nnz,) distinct rows, then R; (nnz,)
         w     = weight[uniq]                                       (nnz, D) leaf: the rows' gradients sum here
         out   = embedding_bag(inverse, w, bag offsets, "sum")      (n, D)
     step()                            the optimizer on the nnz rows of uniq at once (the pad rows' gradient
@@ -34,7 +35,7 @@ from haloflow.cache.types import RowOptimizer
 from haloflow.errors import ConfigError
 from haloflow.kernels.bag_grads import bag_row_grads
 from haloflow.kernels.unique import padded_unique  # re-exported: the distinct rows of a batch, padded
-from haloflow.kernels.unique import table_rows
+from haloflow.kernels.unique import table_rows, table_unique
 
 __all__ = ["BatchedTables", "TableRows", "padded_unique", "pooled_sum"]
 
@@ -150,13 +151,14 @@ class BatchedTables:
         """
         dev = self.device
         ids, lengths, tables = ids.to(dev), lengths.to(dev), tables.to(dev)
-        rows = table_rows(ids, lengths, tables, self.row_offsets)  # (nnz,) rows of the end-to-end tables
         offsets = torch.zeros(lengths.numel() + 1, dtype=torch.int64, device=dev)
         torch.cumsum(lengths, 0, out=offsets[1:])
         weight = self.arrays["weight"]
-        if not train:
-            return F.embedding_bag(rows, weight, offsets, mode="sum", include_last_offset=True)  # (n, D)
-        uniq, inverse = padded_unique(rows, self.num_rows)  # (nnz,), (nnz,)
+        if not train:  # (nnz,) rows of the end-to-end tables, pooled into (n, D)
+            rows = table_rows(ids, lengths, tables, self.row_offsets)
+            return F.embedding_bag(rows, weight, offsets, mode="sum", include_last_offset=True)
+        # the rows, their distinct values padded with R and each row's place among them, (nnz,) each
+        rows, uniq, inverse = table_unique(ids, lengths, tables, self.row_offsets, self.num_rows)
         # the distinct rows' gradient (u, D) arrives in ``grad`` by backward: the same sums as ``pooled_sum``'s
         # gradient of gathered rows, without gathering them (the bags read the table itself)
         holder: list[Tensor] = []

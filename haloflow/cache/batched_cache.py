@@ -50,7 +50,7 @@ from haloflow.cache.policy import DEFAULT_WINDOW
 from haloflow.errors import ConfigError
 from haloflow.kernels.cache_plan import NEVER, POLICY_CODES, cache_announce, cache_plan
 from haloflow.kernels.cache_rows import cache_gather, cache_scatter
-from haloflow.kernels.unique import table_rows
+from haloflow.kernels.unique import table_unique
 
 __all__ = ["CachedTables", "DEVICE_POLICIES"]
 
@@ -194,7 +194,7 @@ class CachedTables(BatchedTables):
 
     # ------------------------------------------------------------------------------------------ lookups
     def _rows(self, ids: Tensor, lengths: Tensor, tables: Tensor) -> tuple[Tensor, Tensor]:
-        return padded_unique(table_rows(ids, lengths, tables, self.row_offsets), self.num_rows)
+        return table_unique(ids, lengths, tables, self.row_offsets, self.num_rows)[1:]
 
     def announce(self, ids: Tensor, lengths: Tensor, tables: Tensor) -> None:
         """Tell a lookahead directory the rows of a batch to come (other policies ignore it). Batches are announced

@@ -20,6 +20,7 @@ CPU body and a GPU body registered beside it. The models call these ops and read
       cache_scatter    index_copy_ per array, index_fill_   numba row copies       stock         haloflow::cache_scatter
     padded_unique      stable sort, cumsum, scatter         np.sort of packed keys stock         haloflow::padded_unique
       table_rows       index_select, repeat_interleave      numba, one pass        stock         haloflow::table_rows
+      table_unique     table_rows, then padded_unique       rows + keys in a pass  stock         haloflow::table_unique
     bag_row_grads      repeat_interleave, index_add_        numba, in order        stock         haloflow::bag_row_grads
     sgd_update         index_select, add_, index_copy_      numba fma, in place    stock         haloflow::sgd_update
     (each differentiable ``haloflow::<op>`` has a ``<op>_backward`` op beside it, with the same bodies; the cache

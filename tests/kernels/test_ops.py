@@ -314,6 +314,11 @@ def table_rows_inputs(dtype):
     return (ids, lengths, tables, torch.cat([torch.zeros(1, dtype=torch.int64), sizes.cumsum(0)]))
 
 
+def table_unique_inputs(dtype):
+    """``table_rows``' batch and the pad (row 18, after the 3 tables' 18 rows): ``table_unique``'s arguments."""
+    return (*table_rows_inputs(dtype), 18)
+
+
 def bag_grads_inputs(dtype):
     """Gradients of 6 bags (one empty) of width 3 and their 9 occurrences' rows among 5 distinct rows (some rows
     in several bags, one twice in a bag): ``bag_row_grads``' arguments."""
@@ -386,6 +391,7 @@ CASES = [
     Case("cache_gather", rows_inputs),
     Case("padded_unique", unique_inputs),
     Case("table_rows", table_rows_inputs),
+    Case("table_unique", table_unique_inputs),
     Case("bag_row_grads", bag_grads_inputs, grad_inputs=()),
     Case("cache_scatter", scatter_inputs, run=run_scatter),
     Case("sgd_update", sgd_update_inputs, run=_in_place(0)),
