@@ -49,23 +49,36 @@ def rows_stock(ids: Tensor, lengths: Tensor, tables: Tensor, row_offsets: Tensor
 
 
 @njit(cache=True)
-def _table_rows(ids, lengths, tables, row_offsets, out):  # pragma: no cover - compiled
+def _table_rows(ids, lengths, tables, row_offsets, out, bits, packed):  # pragma: no cover - compiled
+    """Each id plus its bag's table's first row into ``out``; where ``packed`` is not empty, also each row's sort
+    key (row << bits | position: ``table_unique``). Returns whether every bag's table and length was in range,
+    and the lowest row (or 0)."""
     p = 0
     T = row_offsets.shape[0]
+    keys = packed.shape[0] > 0
+    lowest = 0
     for j in range(lengths.shape[0]):
         t = tables[j]
         if t < 0 or t >= T or lengths[j] < 0 or p + lengths[j] > ids.shape[0]:
-            return False
+            return False, lowest
         base = row_offsets[t]
         for _ in range(lengths[j]):
-            out[p] = ids[p] + base
+            r = ids[p] + base
+            out[p] = r
+            if keys:
+                lowest = min(lowest, r)
+                packed[p] = (r << bits) | p
             p += 1
-    return p == ids.shape[0]
+    return p == ids.shape[0], lowest
+
+
+_NO_KEYS = np.empty(0, np.int64)
 
 
 def rows_cpu(ids: Tensor, lengths: Tensor, tables: Tensor, row_offsets: Tensor) -> Tensor:
     out = torch.empty(ids.shape, dtype=torch.promote_types(ids.dtype, row_offsets.dtype))  # as ids + base
-    if not _table_rows(ids.numpy(), lengths.numpy(), tables.numpy(), row_offsets.numpy(), out.numpy()):
+    ok, _ = _table_rows(ids.numpy(), lengths.numpy(), tables.numpy(), row_offsets.numpy(), out.numpy(), 0, _NO_KEYS)
+    if not ok:
         return rows_stock(ids, lengths, tables, row_offsets)  # lengths or a table out of range: its error
     return out
 
@@ -124,28 +137,6 @@ def both_stock(ids: Tensor, lengths: Tensor, tables: Tensor, row_offsets: Tensor
     return (rows, *stock(rows, pad))
 
 
-@njit(cache=True)
-def _rows_packed(ids, lengths, tables, row_offsets, bits, rows, packed):  # pragma: no cover - compiled
-    """``_table_rows`` that also writes each row's packed key (row << bits | position); False where a bag's table
-    or length is out of range or a row is negative (the caller then runs the stock formula: its error, or its
-    result)."""
-    p = 0
-    T = row_offsets.shape[0]
-    lowest = 0
-    for j in range(lengths.shape[0]):
-        t = tables[j]
-        if t < 0 or t >= T or lengths[j] < 0 or p + lengths[j] > ids.shape[0]:
-            return False
-        base = row_offsets[t]
-        for _ in range(lengths[j]):
-            r = ids[p] + base
-            rows[p] = r
-            lowest = min(lowest, r)
-            packed[p] = (r << bits) | p
-            p += 1
-    return p == ids.shape[0] and lowest >= 0
-
-
 def both_cpu(ids: Tensor, lengths: Tensor, tables: Tensor, row_offsets: Tensor, pad: int
              ) -> tuple[Tensor, Tensor, Tensor]:
     n = ids.numel()
@@ -154,8 +145,9 @@ def both_cpu(ids: Tensor, lengths: Tensor, tables: Tensor, row_offsets: Tensor, 
         return both_stock(ids, lengths, tables, row_offsets, pad)  # would not pack as int64 keys
     rows = torch.empty(n, dtype=torch.int64)
     packed = np.empty(n, np.int64)
-    if not _rows_packed(ids.numpy(), lengths.numpy(), tables.numpy(), row_offsets.numpy(), bits, rows.numpy(),
-                        packed):
+    ok, lowest = _table_rows(ids.numpy(), lengths.numpy(), tables.numpy(), row_offsets.numpy(), rows.numpy(), bits,
+                             packed)
+    if not ok or lowest < 0:  # a bag out of range (the stock formula's error), or a row that does not pack
         return both_stock(ids, lengths, tables, row_offsets, pad)
     packed.sort()
     uniq, inverse = torch.empty(n, dtype=torch.int64), torch.empty(n, dtype=torch.int64)
