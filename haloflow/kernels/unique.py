@@ -52,7 +52,7 @@ def rows_stock(ids: Tensor, lengths: Tensor, tables: Tensor, row_offsets: Tensor
 def _table_rows(ids, lengths, tables, row_offsets, out, bits, packed):  # pragma: no cover - compiled
     """Each id plus its bag's table's first row into ``out``; where ``packed`` is not empty, also each row's sort
     key (row << bits | position: ``table_unique``). Returns whether every bag's table and length was in range,
-    and the lowest row (or 0)."""
+    and, where keys were written, the lowest row if below 0 (a row that does not pack), else 0."""
     p = 0
     T = row_offsets.shape[0]
     keys = packed.shape[0] > 0
@@ -111,16 +111,30 @@ def _runs(packed, bits, pad, uniq, inverse):  # pragma: no cover - compiled
         uniq[i] = pad
 
 
-def cpu(x: Tensor, pad: int) -> tuple[Tensor, Tensor]:
-    n = x.numel()
+def _key_bits(n: int, pad: int) -> int | None:
+    """The bits of a position among ``n`` (b, at least 1), or None where values up to ``pad`` shifted by b would
+    not fit an int64 key."""
     bits = max(1, (n - 1).bit_length())
-    values = x.numpy().astype(np.int64, copy=False)
-    if int(pad).bit_length() + bits > 63 or (n and values.min() < 0):  # would not pack: the stock formula
-        return stock(x, pad)
-    packed = np.sort((values << bits) | np.arange(n, dtype=np.int64))
-    uniq, inverse = torch.empty(n, dtype=x.dtype), torch.empty(n, dtype=torch.int64)  # as the stock formula's
+    return None if int(pad).bit_length() + bits > 63 else bits
+
+
+def _unique_of_keys(packed: np.ndarray, bits: int, pad: int, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    """``packed`` (value << bits | position) sorted in place, then its runs: the padded distinct values (of
+    ``dtype``, as the stock formula's) and each position's place among them."""
+    packed.sort()
+    n = packed.shape[0]
+    uniq, inverse = torch.empty(n, dtype=dtype), torch.empty(n, dtype=torch.int64)
     _runs(packed, bits, pad, uniq.numpy(), inverse.numpy())
     return uniq, inverse
+
+
+def cpu(x: Tensor, pad: int) -> tuple[Tensor, Tensor]:
+    n = x.numel()
+    bits = _key_bits(n, pad)
+    values = x.numpy().astype(np.int64, copy=False)
+    if bits is None or (n and values.min() < 0):  # would not pack: the stock formula
+        return stock(x, pad)
+    return _unique_of_keys((values << bits) | np.arange(n, dtype=np.int64), bits, pad, x.dtype)
 
 
 OP = declare("padded_unique", stock, cpu, lambda x, pad: (torch.empty_like(x), torch.empty_like(x, dtype=torch.int64)),
@@ -140,25 +154,21 @@ def both_stock(ids: Tensor, lengths: Tensor, tables: Tensor, row_offsets: Tensor
 def both_cpu(ids: Tensor, lengths: Tensor, tables: Tensor, row_offsets: Tensor, pad: int
              ) -> tuple[Tensor, Tensor, Tensor]:
     n = ids.numel()
-    bits = max(1, (n - 1).bit_length())
-    if ids.dtype != torch.int64 or row_offsets.dtype != torch.int64 or int(pad).bit_length() + bits > 63:
-        return both_stock(ids, lengths, tables, row_offsets, pad)  # would not pack as int64 keys
+    bits = _key_bits(n, pad)
+    if bits is None or ids.dtype != torch.int64 or row_offsets.dtype != torch.int64:  # would not pack as int64
+        return both_stock(ids, lengths, tables, row_offsets, pad)
     rows = torch.empty(n, dtype=torch.int64)
     packed = np.empty(n, np.int64)
     ok, lowest = _table_rows(ids.numpy(), lengths.numpy(), tables.numpy(), row_offsets.numpy(), rows.numpy(), bits,
                              packed)
     if not ok or lowest < 0:  # a bag out of range (the stock formula's error), or a row that does not pack
         return both_stock(ids, lengths, tables, row_offsets, pad)
-    packed.sort()
-    uniq, inverse = torch.empty(n, dtype=torch.int64), torch.empty(n, dtype=torch.int64)
-    _runs(packed, bits, pad, uniq.numpy(), inverse.numpy())
-    return rows, uniq, inverse
+    return (rows, *_unique_of_keys(packed, bits, pad, torch.int64))
 
 
 BOTH = declare("table_unique", both_stock, both_cpu,
                lambda ids, lengths, tables, row_offsets, pad: (
-                   ids.new_empty(ids.shape, dtype=torch.promote_types(ids.dtype, row_offsets.dtype)),
-                   ids.new_empty(ids.shape, dtype=torch.promote_types(ids.dtype, row_offsets.dtype)),
+                   *(ids.new_empty(ids.shape, dtype=torch.promote_types(ids.dtype, row_offsets.dtype)) for _ in "ru"),
                    ids.new_empty(ids.shape, dtype=torch.int64)),
                doc="a batch's ids as rows of tables laid end to end, and those rows' padded distinct values")
 
