@@ -38,7 +38,7 @@ import torch
 from numba import njit, prange
 
 from haloflow.host.threads import follow_torch_threads
-from haloflow.kernels._registry import Op, register
+from haloflow.kernels._registry import Op, _tracing, register
 
 __all__ = ["spmm"]
 
@@ -126,8 +126,27 @@ def _backward(ctx, grad):
 _spmm.register_autograd(_backward, setup_context=_setup)
 
 
-# Eager calls go through the custom op itself, not _registry.eager: the CPU body is chosen by ``kernel`` as well as
-# by the device, and a product costs milliseconds, against the dispatcher's ~30 us a call.
+def _body(x: torch.Tensor, kernel: str):
+    return numba_body if kernel == "numba" and x.device.type == "cpu" else stock  # the custom op's choice
+
+
+class _EagerSpmm(torch.autograd.Function):
+    """Eager calls: the custom op's bodies and backward, called directly. Through the custom op a product paid the
+    dispatcher's ~30 us and, on its first call, torch's import of ``torch._dynamo`` (its device kernels are
+    guarded against torch.compile: ~1.7 s of CPU at a training process's start)."""
+
+    @staticmethod
+    def forward(ctx, x, indptr, indices, values, t_indptr, t_indices, t_values, kernel):
+        ctx.csr = (indptr, indices, values, t_indptr, t_indices, t_values, kernel)
+        return _body(x, kernel)(x.detach().contiguous(), indptr, indices, values, t_indptr.shape[0] - 1)  # (R, F)
+
+    @staticmethod
+    def backward(ctx, grad):
+        indptr, indices, values, t_indptr, t_indices, t_values, kernel = ctx.csr
+        gx = _EagerSpmm.apply(grad, t_indptr, t_indices, t_values, indptr, indices, values, kernel)  # A^T @ gy
+        return gx, None, None, None, None, None, None, None
+
+
 def spmm(x: torch.Tensor, csr: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
          csr_t: tuple[torch.Tensor, torch.Tensor, torch.Tensor], kernel: str = "torch") -> torch.Tensor:
     """``A @ x``, differentiable in x (backward ``A^T @ grad``).
@@ -141,7 +160,9 @@ def spmm(x: torch.Tensor, csr: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
     Shapes:
         x (C, F) -> (R, F).
     """
-    return _spmm(x, *csr, *csr_t, kernel)
+    if _tracing((x, *csr)):  # torch.compile and friends see ``torch.ops.haloflow.spmm``
+        return _spmm(x, *csr, *csr_t, kernel)
+    return _EagerSpmm.apply(x, *csr, *csr_t, kernel)
 
 
 OP = register(Op("spmm", stock=stock, cpu=numba_body, bitwise=frozenset(), custom_op=torch.ops.haloflow.spmm,

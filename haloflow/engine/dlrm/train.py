@@ -38,6 +38,7 @@ from haloflow.engine.dlrm.config import DLRMTrainConfig
 from haloflow.engine.dlrm.parallelize import DistributedDLRM, parallelize_dlrm
 from haloflow.engine.dlrm.sharded_embedding import LookupIds, ShardedEmbeddingCollection
 from haloflow.engine.logical import LogicalWorkers, rank_tree_sum, tree_sum
+from haloflow.engine.optimizers import SGD, Adagrad
 from haloflow.engine.runtime import ParallelLayout, Runtime, TrainResult, to_device
 from haloflow.engine.trainer import Exported, RunInfo, run
 from haloflow.errors import ConfigError, RunFailed
@@ -336,7 +337,7 @@ def mlp_optimizer(net: DistributedDLRM, optimizer: str, lr: float) -> torch.opti
     params = [p for p in net.parameters() if p.requires_grad]
     cpu = all(p.device.type == "cpu" for p in params)
     one_op = {"fused": True} if optimizer == "sgd" or cpu else {"foreach": True}
-    return (torch.optim.SGD if optimizer == "sgd" else torch.optim.Adagrad)(params, lr=lr, **one_op)
+    return (SGD if optimizer == "sgd" else Adagrad)(params, lr=lr, **one_op)  # torch.optim's, unguarded
 
 
 def train_step(net: DistributedDLRM, opt: torch.optim.Optimizer, mine: ClickBatch, sizes: list[int],

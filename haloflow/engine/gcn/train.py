@@ -36,6 +36,7 @@ from haloflow.engine.comm import CommStats, all_gather_rows
 from haloflow.engine.gcn.config import GCNTrainConfig
 from haloflow.engine.gcn.parallelize import parallelize_gcn
 from haloflow.engine.logical import LogicalWorkers, fanout, tree_sum
+from haloflow.engine.optimizers import make_dense_optimizer
 from haloflow.engine.runtime import Runtime, TrainResult, save_atomic, synchronize
 from haloflow.engine.trainer import Exported, RunInfo, run
 from haloflow.errors import ConfigError
@@ -265,8 +266,7 @@ class GCNFamily:
         if self.counts.train == 0:
             raise ConfigError("the train mask selects no node: nothing to train on")
         groups = self.model.param_groups(cfg.weight_decay)
-        self.opt = (torch.optim.Adam(groups, lr=cfg.lr) if cfg.optimizer == "adam"
-                    else torch.optim.SGD(groups, lr=cfg.lr))
+        self.opt = make_dense_optimizer(cfg.optimizer, groups, lr=cfg.lr)  # torch.optim's, unguarded
 
     def _load(self, layout) -> list[GraphPart]:
         """This rank's parts (``self.workers.mine``): given, read from the folder (its metadata and those parts
