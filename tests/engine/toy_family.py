@@ -86,7 +86,7 @@ class ToyFamily:
         pass
 
     def evaluate(self, run_info) -> dict[str, float]:
-        return {"final_loss": float(((self.a @ self.w - self.b) ** 2).mean())}
+        return {"final_loss": float(((self.a @ self.w.detach() - self.b) ** 2).mean())}
 
     def result(self, run_info, metrics) -> ToyResult:
         return ToyResult(**run_info.base(), state_dict=cpu_state({"w": self.w.detach()}), losses=self.losses,
