@@ -13,8 +13,9 @@ declaration (what ``opcheck``, ``torch.compile`` and ``torch.export`` see). Eage
 same bodies: `eager` wraps an op's body (picked from this table by the inputs' device), its ``setup_context`` and
 its ``backward`` in one ``torch.autograd.Function``, and `call` runs a body straight from the table. Measured on
 the 2-core AMD VM (2026-12-06): a call through the custom op's dispatcher took 62-72 us against 36 us through an
-``autograd.Function`` (and 28 us for the body alone), which made a TGN batch (9 such calls) 6 % slower. A table op
-(`call` alone) has no custom op at all: the per-table writes.
+``autograd.Function`` (and 28 us for the body alone), which made a TGN batch (9 such calls) 6 % slower; and torch
+guards a custom op's device kernels against torch.compile by importing ``torch._dynamo`` on the first call (~1.7 s
+of CPU in a process that has not). A table op (`call` alone) has no custom op at all: the per-table writes.
 """
 
 from __future__ import annotations
