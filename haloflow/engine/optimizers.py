@@ -1,10 +1,10 @@
 """The dense parameters' optimizers: ``torch.optim``'s SGD, Adagrad and Adam, without torch.compile's guards.
 
 torch.optim guards ``add_param_group`` (so the constructor), ``step``, ``zero_grad`` and the state-dict methods
-against torch.compile by importing ``torch._dynamo`` on their first call: 1.6-1.9 s of CPU in every process that
-trains, most of a training command's start-up (2026-12-07, the 2-core VM: ``haloflow train dlrm --synthetic
---max-steps 3`` 5.7-6.0 s -> 4.1-4.3 s, its start-up 1.96-1.97 s -> 0.95-0.99 s; in a 4-rank job on 2 cores every
-rank pays it). haloflow's training loops never compile, so these classes call the bodies of torch's own methods
+against torch.compile by importing ``torch._dynamo`` on their first call: 1.7-1.9 s of CPU in every process that
+trains, most of a training command's start-up (2026-12-07, the 2-core VM, five alternating rounds: ``haloflow train
+dlrm --synthetic --max-steps 3`` 4.08 -> 3.10 s, its start-up 1.42 -> 0.70 s; ``docs/results/2026-12-07-startup.md``;
+in a K-rank job every rank pays it). haloflow's training loops never compile, so these classes call the bodies of torch's own methods
 (``inspect.unwrap`` of the guarded ones): the same functional update (``torch.optim.sgd.sgd``, ``adagrad``,
 ``adam``), the same state dicts and hooks, the same bits (``tests/engine/test_optimizers.py`` against
 ``torch.optim``), and ``isinstance(opt, torch.optim.SGD)`` still holds. On a torch whose method has no guard, the
