@@ -96,6 +96,12 @@ def numba_body(x: torch.Tensor, indptr: torch.Tensor, indices: torch.Tensor, val
 _SCHEMA_DOC = "x (C, F); A = (indptr, indices, values) (R, C); A^T = (t_indptr, t_indices, t_values) (C, R)"
 
 
+def _body(x: torch.Tensor, kernel: str):
+    """The body ``kernel`` names on the CPU; the stock formula on any other device (the custom op and the eager
+    calls alike)."""
+    return numba_body if kernel == "numba" and x.device.type == "cpu" else stock
+
+
 @torch.library.custom_op("haloflow::spmm", mutates_args=())
 def _spmm(x: torch.Tensor, indptr: torch.Tensor, indices: torch.Tensor, values: torch.Tensor, t_indptr: torch.Tensor,
           t_indices: torch.Tensor, t_values: torch.Tensor, kernel: str) -> torch.Tensor:
@@ -104,8 +110,7 @@ def _spmm(x: torch.Tensor, indptr: torch.Tensor, indices: torch.Tensor, values: 
 
 @_spmm.register_kernel("cpu")
 def _spmm_cpu(x, indptr, indices, values, t_indptr, t_indices, t_values, kernel):
-    body = numba_body if kernel == "numba" else stock
-    return body(x.contiguous(), indptr, indices, values, t_indptr.shape[0] - 1)
+    return _body(x, kernel)(x.contiguous(), indptr, indices, values, t_indptr.shape[0] - 1)
 
 
 @_spmm.register_fake
@@ -124,10 +129,6 @@ def _backward(ctx, grad):
 
 
 _spmm.register_autograd(_backward, setup_context=_setup)
-
-
-def _body(x: torch.Tensor, kernel: str):
-    return numba_body if kernel == "numba" and x.device.type == "cpu" else stock  # the custom op's choice
 
 
 class _EagerSpmm(torch.autograd.Function):
