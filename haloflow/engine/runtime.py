@@ -39,7 +39,7 @@ from haloflow.errors import ConfigError
 from haloflow.utils.atomic import atomic_output, atomic_write_text, is_regular_target, open_stream, reporting_full_disk
 from haloflow.utils.progress import progress_bar
 from haloflow.host.threads import (BusyMeter, ThreadBudget, ThreadGovernor, cores_here, fitting_threads,
-                                    follow_torch_threads, reproducible_blas)
+                                    follow_torch_threads, reproducible_blas, warm_vector_math)
 
 __all__ = [
     "DEVICES", "ParallelLayout", "expect_parts", "resolve_device", "init_from_env", "shutdown", "RuntimeConfig", "Runtime",
@@ -240,6 +240,7 @@ class Runtime:
         if config.adapt_threads:  # before this run's first product: MKL takes the mode only then
             reproducible_blas()
         follow_torch_threads()  # before any numba kernel can reset torch's thread count
+        warm_vector_math()  # before any parallel op: MKL's vector math picks its paths at the first call
         if not join:
             layout = ParallelLayout(rank=0, world_size=1, local_rank=0, device=resolve_device(config.device),
                                     backend=None, group=None)

@@ -37,7 +37,7 @@ import torch
 
 from haloflow.utils.cores import ThreadBudget, cores_here
 
-__all__ = ["follow_torch_threads", "reproducible_blas", "cores_here", "ThreadBudget", "ThreadGovernor", "BusyMeter",
+__all__ = ["follow_torch_threads", "reproducible_blas", "warm_vector_math", "cores_here", "ThreadBudget", "ThreadGovernor", "BusyMeter",
            "fitting_threads", "read_cpu_ticks"]
 
 _POOL_STARTED = False
@@ -86,7 +86,36 @@ def reproducible_blas() -> bool:
     global _BLAS_REPRODUCIBLE
     if _BLAS_REPRODUCIBLE is None:
         _BLAS_REPRODUCIBLE = _set_strict_mkl()
+        warm_vector_math()  # after the mode: a vector math call is an MKL call
     return _BLAS_REPRODUCIBLE
+
+
+# torch's float unary ops whose CPU kernels call MKL's vector math (VML): their bits change with
+# MKL_ENABLE_INSTRUCTIONS (sqrt, exp, log, log2, log10, tan, asin, acos, atan, tanh, erf, erfc, erfinv on the
+# 2-core Xeon VM, torch 2.13.0); the rest of the family is warmed too, at no cost
+_VECTOR_MATH = ("sqrt", "rsqrt", "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "cos", "tan", "asin",
+                "acos", "atan", "sinh", "cosh", "tanh", "erf", "erfc", "erfinv")
+_VECTOR_MATH_WARM = False
+
+
+def warm_vector_math() -> None:
+    """Call each of torch's unary ops that MKL's vector math computes once, here, on 8 elements (float32 and
+    float64; below torch's grain, so on this thread alone). Idempotent.
+
+    Why: MKL picks a vector math function's code path at its first call. When that first call comes from two
+    threads at once (a parallel op's two chunks, the first ``sqrt`` of a process at 2 threads), one of them can run
+    another path: the first DLRM step's Adagrad ``sqrt`` came out up to 3.2e-4 off (relative) in the first half of
+    the batch's rows, in about 1 process of 50-150 on 2 loaded cores with ``GOMP_SPINCOUNT=10000`` (2026-12-08;
+    ``bench cache``'s rare ``weights = uncached: False``: its first contestant's first update). Called once before
+    any parallel op, every later call takes the path the first one chose."""
+    global _VECTOR_MATH_WARM
+    if _VECTOR_MATH_WARM:
+        return
+    for dtype in (torch.float32, torch.float64):
+        x = torch.full((8,), 0.5, dtype=dtype)
+        for name in _VECTOR_MATH:
+            getattr(torch, name)(x)
+    _VECTOR_MATH_WARM = True
 
 
 def _set_strict_mkl() -> bool:

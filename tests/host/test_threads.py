@@ -174,3 +174,25 @@ def test_blas_in_a_fresh_process_rounds_alike_at_any_thread_count():
 def test_threads_that_fit_beside_other_processes():
     assert [fitting_threads(2, others) for others in (0.0, 0.25, 0.3, 1.5, 2.0)] == [2, 2, 1, 1, 1]
     assert fitting_threads(16, 3.2) == 13
+
+
+def test_vector_math_is_warmed_after_the_blas_mode_and_before_any_run():
+    """MKL's vector math (torch's sqrt, exp, log, tanh ... on the CPU) picks each function's code path at its first
+    call, and two threads making that call at once can end on different paths (a first parallel sqrt 3e-4 off):
+    ``warm_vector_math`` makes it on one thread first. It is an MKL call, so ``reproducible_blas`` warms after
+    setting the mode, which still takes; the control: a process whose first MKL call was a sqrt cannot take it any
+    more. A run with ``--fixed-threads`` (no mode asked) is warmed by ``Runtime.start`` all the same."""
+    if not pytest.importorskip("torch").backends.mkl.is_available():
+        pytest.skip("this torch has no MKL")
+    code = ("import sys, torch; from haloflow.host import threads\n"
+            "if sys.argv[1] == 'sqrt-first': torch.full((8,), 0.5).sqrt()\n"
+            "if sys.argv[1] == 'fixed-threads':\n"
+            "    from haloflow.engine.runtime import Runtime; from haloflow.engine.run_config import RuntimeConfig\n"
+            "    Runtime.start(RuntimeConfig(adapt_threads=False, progress=False), join=False)\n"
+            "    print(threads._BLAS_REPRODUCIBLE, threads._VECTOR_MATH_WARM)\n"
+            "else:\n"
+            "    print(threads.reproducible_blas(), threads._VECTOR_MATH_WARM)\n")
+    env = {k: v for k, v in os.environ.items() if k != "MKL_CBWR"}
+    got = {mode: subprocess.run([sys.executable, "-c", code, mode], capture_output=True, text=True, check=True,
+                                env=env).stdout.split() for mode in ("plain", "sqrt-first", "fixed-threads")}
+    assert got == {"plain": ["True", "True"], "sqrt-first": ["False", "True"], "fixed-threads": ["None", "True"]}
