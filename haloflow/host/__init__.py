@@ -8,7 +8,7 @@ compute. A library leaves these to its entry points, so ``import haloflow`` chan
         host.apply()  the malloc thresholds take effect at once; the wait policy only for child processes when
                       torch is already loaded (its OpenMP runtime read the environment as it loaded), and the
                       start-up line says so
-        threads.reproducible_blas(), threads.follow_torch_threads(), a ThreadGovernor (threads.py)
+        threads.reproducible_blas(), threads.follow_torch_threads(), threads.warm_vector_math(), a ThreadGovernor
 
 A notebook that imports haloflow beside PyG keeps glibc's, OpenMP's and torch's defaults until it starts a run.
 """
