@@ -37,8 +37,8 @@ import torch
 
 from haloflow.utils.cores import ThreadBudget, cores_here
 
-__all__ = ["follow_torch_threads", "reproducible_blas", "warm_vector_math", "cores_here", "ThreadBudget", "ThreadGovernor", "BusyMeter",
-           "fitting_threads", "read_cpu_ticks"]
+__all__ = ["follow_torch_threads", "reproducible_blas", "warm_vector_math", "cores_here", "ThreadBudget",
+           "ThreadGovernor", "BusyMeter", "fitting_threads", "read_cpu_ticks"]
 
 _POOL_STARTED = False
 _FOLLOWED: dict[int, int] = {}  # thread id -> torch's count numba was last set to there (numba's count is per thread)
@@ -105,7 +105,7 @@ def warm_vector_math() -> None:
     Why: MKL picks a vector math function's code path at its first call. When that first call comes from two
     threads at once (a parallel op's two chunks, the first ``sqrt`` of a process at 2 threads), one of them can run
     another path: the first DLRM step's Adagrad ``sqrt`` came out up to 3.2e-4 off (relative) in the first half of
-    the batch's rows, in about 1 process of 50-150 on 2 loaded cores with ``GOMP_SPINCOUNT=10000`` (2026-12-08;
+    the batch's rows, in 1 process of 25-55 on 2 loaded cores with ``GOMP_SPINCOUNT=10000`` (2026-12-08;
     ``bench cache``'s rare ``weights = uncached: False``: its first contestant's first update). Called once before
     any parallel op, every later call takes the path the first one chose."""
     global _VECTOR_MATH_WARM

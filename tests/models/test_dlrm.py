@@ -1,4 +1,6 @@
 import math
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -7,6 +9,7 @@ from haloflow.data.clicks import ClickLogConfig, ClickLogGenerator
 from haloflow.data.jagged import JaggedBatch
 from haloflow.errors import ConfigError
 from haloflow.models.dlrm import KAGGLE_TABLE_SIZES, DLRM, DLRMConfig, EmbeddingTables, dlrm_loss, interaction
+from tests.conftest import REPO
 
 
 @pytest.fixture
@@ -177,3 +180,15 @@ def test_sgd_fused_into_the_tables_trains_what_sparse_gradients_and_torch_sgd_tr
         assert all(torch.equal(x, t.weight) for x, t in zip(before, fused.embeddings.tables))
     with pytest.raises(ConfigError, match="fused_sgd_lr must be > 0, got 0"):
         EmbeddingTables((3,), 2, fused_sgd_lr=0)
+
+
+@pytest.mark.parametrize("build, imports_sympy", [
+    ("from haloflow.models.dlrm import _mlp; _mlp([13, 8, 4], torch.Generator().manual_seed(0), True)", False),
+    ("torch.nn.utils.skip_init(torch.nn.Linear, 13, 8)", True)])  # the second: the control
+def test_building_the_mlps_never_imports_sympy(build, imports_sympy):
+    """The layers are built uninitialised without ``skip_init``, whose ``to_empty`` imports sympy (0.35 s of a
+    DLRM process's start-up); the control shows it does."""
+    code = f"import sys, torch\n{build}\nprint('sympy' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == [str(imports_sympy)]
